@@ -1,0 +1,127 @@
+"""Real ``redis-server`` processes for tests, each on its own free loopback port.
+
+The shared Redis on 6379 is never touched: every test that needs Redis semantics (Lua,
+expiry, locking, restarts) gets a server this module started and will stop by its own pid.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import redis
+
+REQUIRE_ENV = "REDBEAT_REQUIRE_REDIS"
+
+
+def redis_server_binary() -> str | None:
+    return shutil.which("redis-server")
+
+
+def redis_required() -> bool:
+    """CI sets REDBEAT_REQUIRE_REDIS=1 so a missing server fails instead of skipping."""
+    return os.environ.get(REQUIRE_ENV, "") not in ("", "0", "false")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """One redis-server child process with its own port and data directory.
+
+    ``persistent=True`` turns on the append-only file so a restart keeps the data, which
+    is what the restart tests need; otherwise nothing is written to disk.
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        persistent: bool = False,
+        extra_args: Sequence[str] = (),
+        binary: str | None = None,
+    ) -> None:
+        self.binary = binary or redis_server_binary() or "redis-server"
+        self.port = port or free_port()
+        self.persistent = persistent
+        self.extra_args = list(extra_args)
+        self.dir = Path(tempfile.mkdtemp(prefix="redbeat-redis-"))
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def command_line(self) -> list[str]:
+        persistence = (
+            ["--appendonly", "yes", "--appendfsync", "always", "--save", ""]
+            if self.persistent
+            else ["--appendonly", "no", "--save", ""]
+        )
+        return [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.dir),
+            "--logfile", str(self.dir / "redis.log"),
+            *persistence,
+            *self.extra_args,
+        ]
+
+    def start(self, timeout: float = 10.0) -> RedisServer:
+        self.process = subprocess.Popen(
+            self.command_line(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                log = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"redis-server exited at start:\n{log}")
+            try:
+                if self.client().ping():
+                    return
+            except redis.RedisError:
+                time.sleep(0.02)
+        raise TimeoutError(f"redis-server on port {self.port} not ready after {timeout}s")
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        return redis.Redis(port=self.port, decode_responses=True, socket_timeout=5, **kwargs)
+
+    def stop(self) -> None:
+        """Terminate (SIGTERM) and wait, so an append-only file is complete for a restart."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self.process = None
+
+    def restart(self, downtime: float = 0.0) -> None:
+        self.stop()
+        time.sleep(downtime)
+        self.start()
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
