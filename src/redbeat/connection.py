@@ -1,0 +1,159 @@
+"""Builds the Redis client from the settings, once per app.
+
+One client (and so one pool) lives for the life of the scheduler; for Sentinel it is
+the ``master_for`` client, whose pool asks the sentinels for the master on every new
+connection and so follows a failover without being rebuilt.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlparse
+
+import redis
+from celery import Celery
+from redis.sentinel import Sentinel
+
+from .settings import RedBeatConfig, ensure_conf
+
+logger = logging.getLogger("celery.beat")
+
+CLIENT_ATTRIBUTE = "redbeat_redis"
+
+#: Options that steer redbeat itself and are never handed to the redis client.
+OWN_OPTIONS = frozenset(
+    {"retry_period", "cluster", "sentinels", "service_name", "sentinel_kwargs", "startup_nodes"}
+)
+
+
+#: Replies as text; bytes that are not UTF-8 (a corrupt entry) survive the round trip
+#: through ``surrogateescape`` instead of failing the whole read.
+TEXT_REPLIES: dict[str, Any] = {"decode_responses": True, "encoding_errors": "surrogateescape"}
+
+
+class RedisConfigError(ValueError):
+    """The Redis URL or options cannot describe a server we can reach."""
+
+
+def client_options(config: RedBeatConfig) -> dict[str, Any]:
+    """Options for the client: 2.4.2's rule is that only ``redbeat_redis_options`` are
+    forwarded, never options inherited from ``broker_transport_options``."""
+    if not config.redis_options_from_redbeat:
+        return {}
+    return {k: v for k, v in config.redis_options.items() if k not in OWN_OPTIONS}
+
+
+def ssl_options(config: RedBeatConfig) -> dict[str, Any]:
+    options: dict[str, Any] = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
+    if isinstance(config.redis_use_ssl, dict):
+        options.update(config.redis_use_ssl)
+    return options
+
+
+def _sentinel_addresses(url: str, options: dict[str, Any]) -> list[tuple[str, int]]:
+    if options.get("sentinels"):
+        return [(str(host), int(port)) for host, port in options["sentinels"]]
+    # Celery's spelling: "sentinel://h1:26379;sentinel://h2:26379"
+    addresses = []
+    for part in url.split(";"):
+        parsed = urlparse(part.strip())
+        if parsed.hostname:
+            addresses.append((parsed.hostname, parsed.port or 26379))
+    if not addresses:
+        raise RedisConfigError(f"no sentinel addresses in {url!r} or redbeat_redis_options")
+    return addresses
+
+
+def _sentinel_client(config: RedBeatConfig) -> redis.Redis:
+    options = config.redis_options
+    first = urlparse(config.redis_url.split(";")[0])
+    connection_kwargs: dict[str, Any] = dict(TEXT_REPLIES)
+    password = options.get("password") or (unquote(first.password) if first.password else None)
+    username = options.get("username") or (unquote(first.username) if first.username else None)
+    for name, value in (
+        ("password", password),
+        ("username", username),
+        ("socket_timeout", options.get("socket_timeout")),
+        ("credential_provider", options.get("credential_provider")),
+    ):
+        if value is not None:
+            connection_kwargs[name] = value
+    if config.redis_use_ssl:
+        connection_kwargs["ssl"] = True
+        connection_kwargs.update(ssl_options(config))
+    sentinel = Sentinel(
+        _sentinel_addresses(config.redis_url, options),
+        sentinel_kwargs=options.get("sentinel_kwargs"),
+        **connection_kwargs,
+    )
+    db = int(options.get("db", first.path.strip("/") or 0) or 0)
+    return sentinel.master_for(options.get("service_name", "master"), db=db)
+
+
+def _cluster_client(config: RedBeatConfig) -> Any:
+    from redis.cluster import ClusterNode, RedisCluster
+
+    extra = {**client_options(config), **TEXT_REPLIES}
+    url = config.redis_url
+    if url.startswith("redis-cluster://"):
+        url = "redis://" + url[len("redis-cluster://"):]
+    if config.redis_options.get("startup_nodes"):
+        nodes = [
+            ClusterNode(node["host"], int(node["port"]))
+            for node in config.redis_options["startup_nodes"]
+        ]
+        return RedisCluster(startup_nodes=nodes, **extra)
+    if url.startswith("rediss://"):
+        extra.update(ssl_options(config))
+    return RedisCluster.from_url(url, **extra)
+
+
+def build_client(config: RedBeatConfig) -> Any:
+    """A new client for ``config``: plain, TLS, unix socket, Sentinel or Cluster."""
+    url = config.redis_url
+    if not url:
+        raise RedisConfigError(
+            "no Redis configured: set redbeat_redis_url (or broker_url) to a redis:// URL"
+        )
+    scheme = urlparse(url).scheme
+    if config.redis_options.get("cluster") or scheme == "redis-cluster":
+        return _cluster_client(config)
+    if scheme in ("redis-sentinel", "sentinel"):
+        return _sentinel_client(config)
+    if scheme not in ("redis", "rediss", "unix"):
+        raise RedisConfigError(
+            f"unsupported Redis URL scheme {scheme!r} in {url!r} "
+            "(use redis://, rediss://, unix://, redis-sentinel:// or redis-cluster://)"
+        )
+    extra: dict[str, Any] = {**client_options(config), **TEXT_REPLIES}
+    if scheme == "rediss":
+        extra.update(ssl_options(config))
+        extra.update(dict(parse_qsl(urlparse(url).query)))
+    return redis.Redis.from_url(url, **extra)
+
+
+def get_redis(app: Celery | None = None) -> Any:
+    """The app's Redis client, built on first use (2.4.2's ``get_redis``)."""
+    config = ensure_conf(app)
+    owner = config.app
+    client = getattr(owner, CLIENT_ATTRIBUTE, None)
+    if client is None:
+        if config.redis_url_is_fallback and config.redis_url:
+            logger.warning(
+                "beat: redbeat_redis_url is not set; using broker_url %s for the schedule",
+                redact(config.redis_url),
+            )
+        client = build_client(config)
+        setattr(owner, CLIENT_ATTRIBUTE, client)
+    return client
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for logs."""
+    parsed = urlparse(url)
+    if parsed.password:
+        netloc = parsed.netloc.replace(f":{parsed.password}@", ":***@")
+        return parsed._replace(netloc=netloc).geturl()
+    return url

@@ -1,0 +1,227 @@
+"""The JSON codec for entry definitions and meta: tagged values with ``__type__``.
+
+One registry maps each ``__type__`` to the Python type it stands for, an encoder and a
+decoder; adding a schedule type is one :func:`register` call. Shapes that
+celery-redbeat 2.4.2 can express are written exactly as 2.4.2 writes them (same keys,
+same order), so either package reads what the other wrote; the additions (a crontab's
+``timezone``, an rrule's zone name, a weekday's ``n``, ``solar``) appear only on values
+that use them. docs/data-format.md lists every shape.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from celery import schedules as celery_schedules
+from dateutil.rrule import weekday
+
+from . import schedules
+
+UTC = timezone.utc
+
+
+@dataclass(frozen=True)
+class TypeCodec:
+    name: str
+    type: type
+    encode: Callable[[Any], dict[str, Any]]
+    decode: Callable[[dict[str, Any]], Any]
+
+
+_CODECS: list[TypeCodec] = []
+_BY_NAME: dict[str, TypeCodec] = {}
+
+
+def register(codec: TypeCodec) -> None:
+    """Add a type. Later registrations win for subclasses, so register specific last."""
+    _CODECS.insert(0, codec)
+    _BY_NAME[codec.name] = codec
+
+
+def codec_for(value: Any) -> TypeCodec | None:
+    for codec in _CODECS:
+        if isinstance(value, codec.type):
+            return codec
+    return None
+
+
+class RedBeatJSONEncoder(json.JSONEncoder):
+    def default(self, o: Any) -> Any:
+        codec = codec_for(o)
+        if codec is None:
+            return super().default(o)
+        return {"__type__": codec.name, **codec.encode(o)}
+
+
+class RedBeatJSONDecoder(json.JSONDecoder):
+    """Decodes tagged values. An unknown ``__type__`` stays a plain dict (as in 2.4.2), so
+    a caller that expected a schedule can say precisely what it found."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("object_hook", decode_tagged)
+        super().__init__(*args, **kwargs)
+
+
+def decode_tagged(value: dict[str, Any]) -> Any:
+    codec = _BY_NAME.get(value.get("__type__"))  # type: ignore[arg-type]
+    if codec is None:
+        return value
+    fields = {k: v for k, v in value.items() if k != "__type__"}
+    return codec.decode(fields)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, cls=RedBeatJSONEncoder)
+
+
+def loads(text: str | bytes) -> Any:
+    return json.loads(text, cls=RedBeatJSONDecoder)
+
+
+# -- datetime ------------------------------------------------------------------------
+
+
+def zone_from_json(zone: Any) -> Any:
+    """``"UTC"``/IANA name -> ZoneInfo; a number -> fixed offset of that many seconds."""
+    if zone is None:
+        return ZoneInfo("UTC")
+    if isinstance(zone, (int, float)) and not isinstance(zone, bool):
+        return timezone(timedelta(seconds=zone))
+    if isinstance(zone, str):
+        return ZoneInfo(zone)
+    raise ValueError(f"datetime timezone must be a zone name or an offset, not {zone!r}")
+
+
+def zone_to_json(moment: datetime) -> Any:
+    if moment.tzinfo is None:
+        return "UTC"
+    name = getattr(moment.tzinfo, "key", None)
+    if name:
+        return name
+    offset = moment.utcoffset()
+    return offset.total_seconds() if offset is not None else "UTC"
+
+
+def encode_datetime(moment: datetime) -> dict[str, Any]:
+    return {
+        "year": moment.year, "month": moment.month, "day": moment.day,
+        "hour": moment.hour, "minute": moment.minute, "second": moment.second,
+        "microsecond": moment.microsecond, "timezone": zone_to_json(moment),
+    }
+
+
+def decode_datetime(fields: dict[str, Any]) -> datetime:
+    zone = zone_from_json(fields.pop("timezone", "UTC"))
+    return datetime(tzinfo=zone, **fields)
+
+
+# -- schedules -----------------------------------------------------------------------
+
+
+def encode_interval(value: celery_schedules.schedule) -> dict[str, Any]:
+    return {"every": value.run_every.total_seconds(), "relative": bool(value.relative)}
+
+
+def decode_interval(fields: dict[str, Any]) -> celery_schedules.schedule:
+    every = fields["every"]
+    if isinstance(every, bool) or not isinstance(every, (int, float)) or every <= 0:
+        raise ValueError(f"interval 'every' must be a positive number of seconds, not {every!r}")
+    return celery_schedules.schedule(run_every=float(every), relative=bool(fields.get("relative")))
+
+
+CRONTAB_FIELDS = ("minute", "hour", "day_of_week", "day_of_month", "month_of_year")
+
+
+def encode_crontab(value: celery_schedules.crontab) -> dict[str, Any]:
+    fields = {name: getattr(value, f"_orig_{name}") for name in CRONTAB_FIELDS}
+    zone = getattr(value, "timezone", None)
+    if zone:
+        fields["timezone"] = zone
+    return fields
+
+
+def decode_crontab(fields: dict[str, Any]) -> celery_schedules.crontab:
+    unknown = set(fields) - set(CRONTAB_FIELDS) - {"timezone"}
+    if unknown:
+        raise ValueError(f"crontab has unknown fields: {', '.join(sorted(unknown))}")
+    values = {name: fields.get(name, "*") for name in CRONTAB_FIELDS}
+    if fields.get("timezone"):
+        return schedules.crontab(**values, timezone=fields["timezone"])
+    return celery_schedules.crontab(**values)
+
+
+def encode_solar(value: celery_schedules.solar) -> dict[str, Any]:
+    return {"event": value.event, "lat": value.lat, "lon": value.lon}
+
+
+def decode_solar(fields: dict[str, Any]) -> celery_schedules.solar:
+    return celery_schedules.solar(fields["event"], float(fields["lat"]), float(fields["lon"]))
+
+
+def _epoch(moment: datetime) -> int:
+    return calendar.timegm(moment.utctimetuple())
+
+
+def _offset_minutes(moment: datetime) -> float | int:
+    offset = moment.utcoffset()
+    return offset.total_seconds() / 60 if offset else 0
+
+
+def encode_rrule(value: schedules.rrule) -> dict[str, Any]:
+    fields: dict[str, Any] = {"freq": value.freq, "interval": value.interval}
+    fields.update(value.rules)
+    fields["dtstart"] = _epoch(value.dtstart)
+    fields["dtstart_tz"] = _offset_minutes(value.dtstart)
+    if value.until is not None:
+        fields["until"] = _epoch(value.until)
+        fields["until_tz"] = _offset_minutes(value.until)
+    name = schedules.zone_name(value.zone)
+    if name and name != "UTC":
+        fields["timezone"] = name
+    return fields
+
+
+def _moment_from_json(epoch: Any, offset_minutes: Any, zone: Any) -> datetime | None:
+    if epoch is None:
+        return None
+    moment = datetime.fromtimestamp(float(epoch), tz=UTC)
+    if zone is not None:
+        return moment.astimezone(zone)
+    return moment.astimezone(timezone(timedelta(minutes=float(offset_minutes or 0))))
+
+
+def decode_rrule(fields: dict[str, Any]) -> schedules.rrule:
+    zone = schedules.as_zone(fields.pop("timezone", None))
+    dtstart = _moment_from_json(fields.pop("dtstart", None), fields.pop("dtstart_tz", 0), zone)
+    until = _moment_from_json(fields.pop("until", None), fields.pop("until_tz", 0), zone)
+    freq = fields.pop("freq")
+    return schedules.rrule(freq, dtstart=dtstart, until=until, **fields)
+
+
+def encode_weekday(value: weekday) -> dict[str, Any]:
+    fields: dict[str, Any] = {"wkday": value.weekday}
+    if value.n:
+        fields["n"] = value.n
+    return fields
+
+
+def decode_weekday(fields: dict[str, Any]) -> weekday:
+    return weekday(int(fields["wkday"]), fields.get("n"))
+
+
+# Registered general first, specific last (a later registration is tried first).
+for _codec in (
+    TypeCodec("datetime", datetime, encode_datetime, decode_datetime),
+    TypeCodec("weekday", weekday, encode_weekday, decode_weekday),
+    TypeCodec("interval", celery_schedules.schedule, encode_interval, decode_interval),
+    TypeCodec("crontab", celery_schedules.crontab, encode_crontab, decode_crontab),
+    TypeCodec("solar", celery_schedules.solar, encode_solar, decode_solar),
+    TypeCodec("rrule", schedules.rrule, encode_rrule, decode_rrule),
+):
+    register(_codec)

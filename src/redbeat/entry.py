@@ -1,0 +1,304 @@
+"""``RedBeatSchedulerEntry``: one periodic task as stored in Redis.
+
+The entry is the Python face of a hash ``<prefix><name>`` with the fields
+``definition`` and ``meta`` (see docs/data-format.md). Decoding is strict: anything the
+scheduler could not run is reported as :class:`InvalidEntry` with a reason an operator
+can act on, never as a crash of the tick.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+from datetime import datetime, timezone
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from celery import Celery
+from celery.beat import ScheduleEntry
+from celery.schedules import BaseSchedule, ParseException, schedstate
+
+from . import decoder
+from .connection import get_redis
+from .keys import PARKED_SCORE
+from .nexttime import first_due, next_after, utc
+from .retry import RetryPolicy
+from .settings import RedBeatConfig, ensure_conf
+from .store import ScheduleStore
+
+UTC_ZONE = ZoneInfo("UTC")
+STORE_ATTRIBUTE = "redbeat_store"
+
+
+class InvalidEntry(ValueError):
+    """A stored entry that cannot be scheduled, with the reason."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+def store_for(app: Celery) -> ScheduleStore:
+    """The app's store, built once: one client and one retry policy per app."""
+    store = getattr(app, STORE_ATTRIBUTE, None)
+    if store is None:
+        config = ensure_conf(app)
+        policy = RetryPolicy(config.redis_options.get("retry_period"))
+        store = ScheduleStore(get_redis(app), config.keys, policy)
+        setattr(app, STORE_ATTRIBUTE, store)
+    return store
+
+
+def node_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def to_score(moment: datetime | None) -> float:
+    """A due time as a schedule score: epoch seconds rounded *up* to the millisecond, so
+    a tick never selects an entry before it is due (and never reloads it for nothing)."""
+    if moment is None:
+        return PARKED_SCORE
+    return math.ceil(round(utc(moment).timestamp() * 1000, 3)) / 1000
+
+
+def from_score(score: float) -> datetime:
+    return datetime.fromtimestamp(score, tz=timezone.utc)
+
+
+def as_utc_zone(moment: datetime) -> datetime:
+    """UTC with the zone named "UTC", which is how 2.4.2 writes ``last_run_at``."""
+    return utc(moment).astimezone(UTC_ZONE)
+
+
+def meta_json(last_run_at: datetime | None, total_run_count: int | None = None) -> str:
+    meta: dict[str, Any] = {
+        "last_run_at": None if last_run_at is None else as_utc_zone(last_run_at)
+    }
+    if total_run_count is not None:
+        meta["total_run_count"] = total_run_count
+    return decoder.dumps(meta)
+
+
+def changed_json(by: str) -> str:
+    return json.dumps({
+        "at": datetime.now(timezone.utc).isoformat(), "by": by, "node": node_name(),
+    })
+
+
+class RedBeatSchedulerEntry(ScheduleEntry):
+    """A periodic task stored in Redis. Signature and behaviour of celery-redbeat 2.4.2."""
+
+    def __init__(
+        self,
+        name: str | None = None,
+        task: str | None = None,
+        schedule: Any = None,
+        args: Any = None,
+        kwargs: dict[str, Any] | None = None,
+        enabled: bool = True,
+        options: dict[str, Any] | None = None,
+        last_run_at: datetime | None = None,
+        total_run_count: int | None = None,
+        app: Celery | None = None,
+        **clsargs: Any,
+    ) -> None:
+        super().__init__(
+            name=str(name), task=task, schedule=schedule, args=args, kwargs=kwargs,
+            options=options, total_run_count=total_run_count, app=app, **clsargs,
+        )
+        self.app = app or self.app
+        self.enabled = enabled
+        # Celery fills a missing last_run_at with "now"; here None means "never ran".
+        self.last_run_at = last_run_at
+        self.config: RedBeatConfig = ensure_conf(self.app)
+
+    # -- identity ------------------------------------------------------------------------
+
+    @staticmethod
+    def generate_key(app: Celery, name: str) -> str:
+        return ensure_conf(app).keys.entry(name)
+
+    @property
+    def key(self) -> str:
+        return self.config.keys.entry(self.name)
+
+    @property
+    def store(self) -> ScheduleStore:
+        return store_for(self.app)
+
+    # -- timing --------------------------------------------------------------------------
+
+    def next_run_after(self, moment: datetime) -> datetime | None:
+        return next_after(self.schedule, moment)
+
+    @property
+    def due_at(self) -> datetime | None:
+        """The real next run time (possibly in the past when overdue); None when the
+        schedule has no more runs."""
+        if self.last_run_at is None:
+            return first_due(self.schedule, utc(self._default_now()))
+        return next_after(self.schedule, self.last_run_at)
+
+    @property
+    def score(self) -> float:
+        """The schedule-set score: the due time, or -1 (never selected) when disabled or
+        finished."""
+        if not self.enabled:
+            return PARKED_SCORE
+        return to_score(self.due_at)
+
+    @property
+    def rank(self) -> int | None:
+        return self.store.rank(self.key)
+
+    def is_due(self) -> schedstate:
+        if not self.enabled:
+            return schedstate(False, 5.0)
+        due = self.due_at
+        now = utc(self._default_now())
+        if due is None:
+            return schedstate(False, None)
+        if due <= now:
+            following = next_after(self.schedule, now)
+            return schedstate(True, None if following is None else (following - now).total_seconds())
+        return schedstate(False, (due - now).total_seconds())
+
+    # -- encoding ------------------------------------------------------------------------
+
+    @property
+    def definition(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "task": self.task, "args": self.args, "kwargs": self.kwargs,
+            "options": self.options, "schedule": self.schedule, "enabled": self.enabled,
+        }
+
+    def definition_json(self) -> str:
+        return decoder.dumps(self.definition)
+
+    # -- persistence ---------------------------------------------------------------------
+
+    def save(self, changed_by: str = "python-api") -> RedBeatSchedulerEntry:
+        self.store.save(
+            self.key, self.definition_json(), meta_json(self.last_run_at), self.score,
+            changed_json(changed_by),
+        )
+        return self
+
+    def delete(self) -> None:
+        self.store.delete(self.key)
+
+    def reschedule(self, last_run_at: datetime | None = None) -> None:
+        """Pretend it last ran at ``last_run_at`` (default now) and store the next run."""
+        self.last_run_at = last_run_at or self._default_now()
+        self.store.write_meta(self.key, meta_json(self.last_run_at, self.total_run_count),
+                              self.score)
+
+    def _next_instance(  # type: ignore[override]
+        self, last_run_at: datetime | None = None, only_update_last_run_at: bool = False
+    ) -> RedBeatSchedulerEntry:
+        entry = self.copy(
+            last_run_at=last_run_at or self._default_now(),
+            total_run_count=self.total_run_count + (0 if only_update_last_run_at else 1),
+        )
+        self.store.write_meta(entry.key, meta_json(entry.last_run_at, entry.total_run_count),
+                              entry.score)
+        return entry
+
+    __next__ = next = _next_instance  # type: ignore[assignment]
+
+    def copy(self, **changes: Any) -> RedBeatSchedulerEntry:
+        """A shallow copy with some attributes replaced (no re-validation, no I/O)."""
+        clone = self.__class__.__new__(self.__class__)
+        clone.__dict__.update(self.__dict__, **changes)
+        return clone
+
+    def __reduce__(self) -> Any:
+        return self.__class__, (
+            self.name, self.task, self.schedule, self.args, self.kwargs, self.enabled,
+            self.options, self.last_run_at, self.total_run_count,
+        )
+
+    @classmethod
+    def from_key(cls, key: str, app: Celery | None = None) -> RedBeatSchedulerEntry:
+        """Load an entry; KeyError when the key holds no entry, InvalidEntry when it holds
+        one that cannot be scheduled."""
+        config = ensure_conf(app)
+        definition, meta = store_for(config.app).load(key)  # type: ignore[arg-type]
+        if not definition:
+            raise KeyError(key)
+        return cls.decode(config.app, key, definition, meta)  # type: ignore[arg-type]
+
+    @classmethod
+    def decode(
+        cls, app: Celery, key: str, definition: str | None, meta: str | None
+    ) -> RedBeatSchedulerEntry:
+        return decode_entry(cls, app, key, definition, meta)
+
+    def __repr__(self) -> str:
+        return f"<RedBeatSchedulerEntry: {self.name} {self.task} {self.schedule!r}>"
+
+
+def _load_json(key: str, field: str, text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return decoder.loads(text)
+    except (ValueError, TypeError, KeyError, OverflowError, ParseException) as exc:
+        # ValueError covers malformed JSON and bad values inside tagged types
+        raise InvalidEntry(key, f"{field}: {type(exc).__name__}: {exc}") from exc
+
+
+def _expect(key: str, field: str, value: Any, types: tuple[type, ...], what: str) -> Any:
+    if not isinstance(value, types) or isinstance(value, bool) and bool not in types:
+        raise InvalidEntry(key, f"field '{field}' must be {what}, not {type(value).__name__}")
+    return value
+
+
+def decode_entry(
+    cls: type[RedBeatSchedulerEntry], app: Celery, key: str, definition_text: str | None,
+    meta_text: str | None,
+) -> RedBeatSchedulerEntry:
+    if not definition_text:
+        raise InvalidEntry(key, "the hash has no 'definition' field")
+    definition = _load_json(key, "definition", definition_text)
+    if not isinstance(definition, dict):
+        raise InvalidEntry(key, "definition must be a JSON object")
+    for required in ("name", "task", "schedule"):
+        if required not in definition:
+            raise InvalidEntry(key, f"definition is missing '{required}'")
+    name = _expect(key, "name", definition["name"], (str,), "a string")
+    expected_key = ensure_conf(app).keys.entry(name)
+    if expected_key != key:
+        raise InvalidEntry(key, f"definition name {name!r} belongs to key {expected_key!r}")
+    schedule = definition["schedule"]
+    if isinstance(schedule, dict):
+        kind = schedule.get("__type__")
+        raise InvalidEntry(key, f"unknown schedule type {kind!r}" if kind else
+                           "schedule has no '__type__'")
+    if not isinstance(schedule, BaseSchedule):
+        raise InvalidEntry(key, f"schedule must be a tagged object, not {type(schedule).__name__}")
+    task = _expect(key, "task", definition["task"], (str,), "a string")
+    if not task:
+        raise InvalidEntry(key, "field 'task' is empty")
+    args = definition.get("args")
+    if args is not None:
+        _expect(key, "args", args, (list,), "a list or null")
+    kwargs = _expect(key, "kwargs", definition.get("kwargs") or {}, (dict,), "an object")
+    options = _expect(key, "options", definition.get("options") or {}, (dict,), "an object")
+    enabled = _expect(key, "enabled", definition.get("enabled", True), (bool,), "true or false")
+    meta = _load_json(key, "meta", meta_text) or {}
+    if not isinstance(meta, dict):
+        raise InvalidEntry(key, "meta must be a JSON object")
+    last_run_at = meta.get("last_run_at")
+    if last_run_at is not None and not isinstance(last_run_at, datetime):
+        raise InvalidEntry(key, "meta 'last_run_at' must be a tagged datetime or null")
+    count = meta.get("total_run_count") or 0
+    _expect(key, "total_run_count", count, (int,), "an integer")
+    schedule.app = app
+    return cls(
+        name=name, task=task, schedule=schedule, args=args, kwargs=kwargs, options=options,
+        enabled=enabled, last_run_at=last_run_at, total_run_count=count, app=app,
+    )

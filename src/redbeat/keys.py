@@ -1,0 +1,62 @@
+"""Every Redis key and hash field redbeat reads or writes, in one place.
+
+The layout is the celery-redbeat 2.4.2 contract (see docs/design.md): the prefix is
+used literally, so prefix ``redbeat:`` gives ``redbeat::schedule`` and the entry key
+``redbeat:<name>``, and prefix ``myapp`` gives ``myapp:schedule`` and ``myappjob1``.
+Keys added by this package (pending slots) follow the same rule so that a hash-tagged
+prefix such as ``{redbeat}:`` keeps every key in one Redis Cluster slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Hash fields of an entry. ``definition`` and ``meta`` are the 2.4.2 contract; the
+# others are ours and invisible to 2.4.2, which only ever HGETs the first two.
+DEFINITION = "definition"
+META = "meta"
+QUARANTINE = "quarantine"
+HISTORY = "history"
+CHANGED = "changed"
+
+#: A schedule-set score that no tick ever selects (ticks read from score 0 up).
+PARKED_SCORE = -1.0
+
+
+@dataclass(frozen=True)
+class KeyLayout:
+    prefix: str = "redbeat:"
+    lock_name: str | None = None
+
+    @property
+    def schedule(self) -> str:
+        return f"{self.prefix}:schedule"
+
+    @property
+    def statics(self) -> str:
+        return f"{self.prefix}:statics"
+
+    @property
+    def pending(self) -> str:
+        """Hash of claimed slots whose publish is not yet confirmed (task id -> message)."""
+        return f"{self.prefix}:pending"
+
+    @property
+    def nodes(self) -> str:
+        """Hash of scheduler heartbeats: node id -> "<role> <epoch seconds>"."""
+        return f"{self.prefix}:nodes"
+
+    @property
+    def lock(self) -> str:
+        if self.lock_name is None:
+            return f"{self.prefix}:lock"
+        if self.lock_name.startswith(self.prefix):
+            return self.lock_name
+        return self.prefix + self.lock_name
+
+    def entry(self, name: str) -> str:
+        return self.prefix + name
+
+    def name_of(self, key: str) -> str:
+        """The entry name a key stands for; keys outside the prefix are returned whole."""
+        return key[len(self.prefix):] if key.startswith(self.prefix) else key

@@ -1,0 +1,58 @@
+-- Take or keep leadership, then read one bounded batch of due entries.
+-- The lock check and the reads happen in one atomic step, so a node that reads a
+-- batch was the leader at that instant; its writes are fenced again by commit.lua.
+--
+-- KEYS[1] - schedule sorted set (member = entry key, score = next due epoch seconds)
+-- KEYS[2] - lock key
+-- KEYS[3] - pending hash (task id -> claimed message not yet confirmed as published)
+-- ARGV[1] - now, epoch seconds
+-- ARGV[2] - batch size: at most this many due entries (and pending slots) per call
+-- ARGV[3] - lock token of this node; '' when locking is disabled
+-- ARGV[4] - lock timeout, milliseconds
+-- KEYS[4] - nodes hash (node id -> "<role> <epoch seconds>"), the heartbeat that
+--           `redbeat check`/`status` read
+-- ARGV[5] - this node's id in the nodes hash
+--
+-- returns {'standby', holder, pttl} when another node holds the lock;
+--         {'acquired'} when this call just took the lock (nothing read yet);
+--         {'leader', next_score|false, pending, rows} otherwise, where
+--           pending = {task_id, message, ...} and
+--           rows = {key, score, definition|false, meta|false, history|false, ...}
+local token = ARGV[3]
+if token ~= '' then
+  local holder = redis.call('GET', KEYS[2])
+  if not holder then
+    redis.call('SET', KEYS[2], token, 'PX', ARGV[4])
+    redis.call('HSET', KEYS[4], ARGV[5], 'leader ' .. ARGV[1])
+    return {'acquired'}
+  elseif holder ~= token then
+    redis.call('HSET', KEYS[4], ARGV[5], 'standby ' .. ARGV[1])
+    return {'standby', holder, redis.call('PTTL', KEYS[2])}
+  end
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+end
+redis.call('HSET', KEYS[4], ARGV[5], 'leader ' .. ARGV[1])
+
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], 0, ARGV[1], 'WITHSCORES', 'LIMIT', 0, ARGV[2])
+local rows = {}
+for i = 1, #due, 2 do
+  local key = due[i]
+  local fields = redis.call('HMGET', key, 'definition', 'meta', 'history')
+  rows[#rows + 1] = key
+  rows[#rows + 1] = due[i + 1]
+  rows[#rows + 1] = fields[1]
+  rows[#rows + 1] = fields[2]
+  rows[#rows + 1] = fields[3]
+end
+
+local pending = {}
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  pending = redis.call('HSCAN', KEYS[3], 0, 'COUNT', ARGV[2])[2]
+end
+
+local upcoming = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+local next_score = false
+if #upcoming > 0 then
+  next_score = upcoming[2]
+end
+return {'leader', next_score, pending, rows}

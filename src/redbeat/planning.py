@@ -1,0 +1,180 @@
+"""What a tick does with a batch of due rows: a pure function of the rows and "now".
+
+No Redis and no clock here: :func:`plan_batch` turns what tick.lua read into the
+writes for commit.lua and the messages to publish, so every scheduling decision is
+testable with a fixed ``now``.
+
+Slots. Every run belongs to a slot: the entry's name and the time it was due. Its
+Celery task id is ``<name>:<due epoch milliseconds>`` (or random, by setting), so a
+slot published twice (a leader died between the broker's acceptance and the
+confirmation) arrives under one id, which consumers can deduplicate.
+
+Missed slots. When an entry is found due more than once over (beat was down, or a
+failover took a while), the missed slots are coalesced into one run: the latest slot
+at or before now. ``last_run_at`` becomes that slot's due time, so the next run is
+the schedule's real next time and intervals do not drift by the tick's lateness.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from celery import Celery
+
+from . import decoder
+from .entry import (
+    InvalidEntry,
+    RedBeatSchedulerEntry,
+    as_utc_zone,
+    from_score,
+    meta_json,
+    to_score,
+)
+from .keys import PARKED_SCORE
+from .nexttime import first_due, latest_slot, next_after
+from .store import Op, Row
+
+logger = logging.getLogger("celery.beat")
+
+
+def slot_task_id(name: str, due: datetime) -> str:
+    return f"{name}:{round(due.timestamp() * 1000)}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A slot this tick claims and will publish."""
+
+    task_id: str
+    entry: RedBeatSchedulerEntry
+    due: datetime
+
+
+@dataclass
+class Plan:
+    ops: list[Op] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The settings a plan depends on."""
+
+    node: str
+    deterministic_task_ids: bool = True
+    at_least_once: bool = True
+    history_length: int = 10
+
+
+def pending_message(claim: Claim, now: datetime, node: str) -> str:
+    """What a later tick (or the next leader) needs to publish the slot again."""
+    entry = claim.entry
+    return decoder.dumps({
+        "name": entry.name, "key": entry.key, "task": entry.task, "args": entry.args,
+        "kwargs": entry.kwargs, "options": entry.options, "due": as_utc_zone(claim.due),
+        "claimed_at": as_utc_zone(now), "node": node,
+    })
+
+
+def _history(row: Row, claim: Claim, now: datetime, policy: Policy) -> str:
+    if policy.history_length <= 0:
+        return ""
+    try:
+        previous = json.loads(row.history) if row.history else []
+    except ValueError:
+        previous = []  # history is ours and advisory: a corrupt one is replaced
+    if not isinstance(previous, list):
+        previous = []
+    record = {"task_id": claim.task_id, "due": claim.due.isoformat(),
+              "claimed_at": now.isoformat(), "node": policy.node}
+    return json.dumps([record, *previous][: policy.history_length])
+
+
+def quarantine_reason(reason: str, now: datetime, policy: Policy) -> str:
+    return json.dumps({"reason": reason, "at": now.isoformat(), "node": policy.node})
+
+
+def first_due_time(entry: RedBeatSchedulerEntry, row: Row, now: datetime) -> datetime | None:
+    """The due time of an entry that never ran: the time it was saved for, unless it
+    was written by hand with score 0 ("due now, work out when")."""
+    if row.score > 0:
+        return from_score(row.score)
+    return first_due(entry.schedule, now)
+
+
+def plan_row(
+    app: Celery, row: Row, now: datetime, policy: Policy, plan: Plan,
+    entry_class: type[RedBeatSchedulerEntry] = RedBeatSchedulerEntry,
+) -> None:
+    if row.definition is None and row.meta is None and row.history is None:
+        reason = quarantine_reason("the hash has no 'definition' field", now, policy)
+        plan.ops.append(Op("drop", row.key, value=reason, score=PARKED_SCORE))
+        return
+    try:
+        entry = entry_class.decode(app, row.key, row.definition, row.meta)
+    except InvalidEntry as exc:
+        logger.error("beat: Quarantined %s: %s", row.key, exc.reason)
+        reason = quarantine_reason(exc.reason, now, policy)
+        plan.ops.append(Op("quarantine", row.key, row.fingerprint, PARKED_SCORE, reason))
+        return
+    if not entry.enabled:
+        plan.ops.append(Op("score", row.key, row.fingerprint, PARKED_SCORE))
+        return
+    try:
+        due = (next_after(entry.schedule, entry.last_run_at) if entry.last_run_at
+               else first_due_time(entry, row, now))
+    except Exception as exc:  # a schedule that cannot compute its next run is poison too
+        logger.error("beat: Quarantined %s: next run failed: %r", row.key, exc)
+        reason = quarantine_reason(f"next run time failed: {exc!r}", now, policy)
+        plan.ops.append(Op("quarantine", row.key, row.fingerprint, PARKED_SCORE, reason))
+        return
+    if due is None:
+        logger.info("beat: %s has no more runs; parked", entry.name)
+        plan.ops.append(Op("score", row.key, row.fingerprint, PARKED_SCORE))
+        return
+    if due > now:
+        # stored early (written by celery-redbeat or by hand): correct it, send nothing
+        plan.ops.append(Op("score", row.key, row.fingerprint, to_score(due)))
+        return
+    slot = latest_slot(entry.schedule, due, now)
+    if slot != due:
+        logger.info("beat: %s missed slots from %s; one catch-up run for %s",
+                    entry.name, due.isoformat(), slot.isoformat())
+    task_id = slot_task_id(entry.name, slot) if policy.deterministic_task_ids else str(uuid.uuid4())
+    claim = Claim(task_id, entry, slot)
+    following = next_after(entry.schedule, slot)
+    plan.ops.append(Op(
+        "claim", row.key, row.fingerprint, to_score(following),
+        meta_json(slot, entry.total_run_count + 1),
+        _history(row, claim, now, policy),
+        task_id if policy.at_least_once else "",
+        pending_message(claim, now, policy.node) if policy.at_least_once else "",
+    ))
+    plan.claims.append(claim)
+
+
+def plan_batch(
+    app: Celery, rows: list[Row], now: datetime, policy: Policy,
+    entry_class: type[RedBeatSchedulerEntry] = RedBeatSchedulerEntry,
+) -> Plan:
+    plan = Plan()
+    for row in rows:
+        plan_row(app, row, now, policy, plan, entry_class)
+    return plan
+
+
+def message_entry(
+    app: Celery, message: str, entry_class: type[RedBeatSchedulerEntry] = RedBeatSchedulerEntry
+) -> tuple[RedBeatSchedulerEntry, Any]:
+    """The entry to publish again from a pending message, and the slot's due time."""
+    fields = decoder.loads(message)
+    entry = entry_class(
+        name=fields["name"], task=fields["task"], args=fields.get("args"),
+        kwargs=fields.get("kwargs"), options=fields.get("options"), app=app,
+    )
+    return entry, fields.get("due")

@@ -1,0 +1,175 @@
+"""Schedule types Celery does not ship: ``rrule`` and a ``crontab`` with its own zone.
+
+Both are ordinary Celery schedules (``is_due``/``remaining_estimate`` work as Celery's
+beat expects) whose next run is computed by :mod:`redbeat.nexttime`, so the scheduler,
+the CLI and Celery's own API agree on when an entry runs.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from celery import schedules as celery_schedules
+from dateutil import rrule as dateutil_rrule
+
+UTC = timezone.utc
+
+FREQUENCIES = {
+    "YEARLY": dateutil_rrule.YEARLY,
+    "MONTHLY": dateutil_rrule.MONTHLY,
+    "WEEKLY": dateutil_rrule.WEEKLY,
+    "DAILY": dateutil_rrule.DAILY,
+    "HOURLY": dateutil_rrule.HOURLY,
+    "MINUTELY": dateutil_rrule.MINUTELY,
+    "SECONDLY": dateutil_rrule.SECONDLY,
+}
+FREQUENCY_NAMES = {value: name for name, value in FREQUENCIES.items()}
+
+RRULE_FIELDS = (
+    "wkst", "count", "bysetpos", "bymonth", "bymonthday", "byyearday", "byeaster",
+    "byweekno", "byweekday", "byhour", "byminute", "bysecond",
+)
+
+
+def as_zone(zone: str | Any | None) -> Any:
+    """A tzinfo from an IANA name (or a tzinfo passed through); None stays None."""
+    if zone is None or not isinstance(zone, str):
+        return zone
+    return ZoneInfo(zone)
+
+
+def zone_name(tz: Any) -> str | None:
+    """The IANA name of a named zone (ZoneInfo), else None (fixed offsets have none)."""
+    return getattr(tz, "key", None)
+
+
+class _ScheduleProtocol(celery_schedules.BaseSchedule):
+    """Celery's schedule protocol answered from :mod:`redbeat.nexttime`."""
+
+    def remaining_estimate(self, last_run_at: datetime) -> timedelta | None:  # type: ignore[override]
+        from .nexttime import next_after
+
+        upcoming = next_after(self, self.maybe_make_aware(last_run_at))
+        if upcoming is None:
+            return None
+        return upcoming - self.maybe_make_aware(self.now())
+
+    def is_due(self, last_run_at: datetime) -> celery_schedules.schedstate:  # type: ignore[override]
+        from .nexttime import next_after
+
+        now = self.maybe_make_aware(self.now())
+        upcoming = next_after(self, self.maybe_make_aware(last_run_at))
+        if upcoming is None:
+            return celery_schedules.schedstate(False, None)
+        if upcoming <= now:
+            following = next_after(self, now)
+            wait = None if following is None else (following - now).total_seconds()
+            return celery_schedules.schedstate(True, wait)
+        return celery_schedules.schedstate(False, (upcoming - now).total_seconds())
+
+
+class rrule(_ScheduleProtocol):
+    """A Celery schedule over dateutil's rrule (RFC 5545 recurrences).
+
+    ``freq`` is a name (``"DAILY"``) or dateutil's constant. ``dtstart`` defaults to
+    now; a naive ``dtstart``/``until`` is read in ``timezone`` (default UTC). Keeping a
+    named zone (``Europe/Paris``) makes a weekly 09:00 rule stay at 09:00 local time
+    across daylight-saving changes, which a fixed UTC offset cannot do.
+    """
+
+    def __init__(
+        self,
+        freq: int | str,
+        dtstart: datetime | None = None,
+        interval: int = 1,
+        until: datetime | None = None,
+        timezone: str | Any | None = None,
+        nowfun: Any = None,
+        app: Any = None,
+        **rules: Any,
+    ) -> None:
+        unknown = set(rules) - set(RRULE_FIELDS)
+        if unknown:
+            raise TypeError(f"rrule() got unexpected arguments: {', '.join(sorted(unknown))}")
+        super().__init__(nowfun=nowfun, app=app)
+        self.freq = FREQUENCIES[freq.upper()] if isinstance(freq, str) else int(freq)
+        if self.freq not in FREQUENCY_NAMES:
+            raise ValueError(f"rrule freq must be one of {sorted(FREQUENCIES)}, not {freq!r}")
+        zone = as_zone(timezone)
+        self.interval = int(interval)
+        self.dtstart = self._localize(dtstart or datetime.now(UTC).replace(microsecond=0), zone)
+        self.until = None if until is None else self._localize(until, zone or self.dtstart.tzinfo)
+        self.rules = {name: rules.get(name) for name in RRULE_FIELDS}
+        self.rrule = dateutil_rrule.rrule(
+            self.freq, dtstart=self.dtstart, interval=self.interval, until=self.until,
+            cache=True, **{k: v for k, v in self.rules.items() if v is not None},
+        )
+
+    @staticmethod
+    def _localize(moment: datetime, zone: Any) -> datetime:
+        if moment.tzinfo is None:
+            return moment.replace(tzinfo=zone or UTC)
+        return moment.astimezone(zone) if zone is not None else moment
+
+    @property
+    def zone(self) -> Any:
+        return self.dtstart.tzinfo
+
+    def __getattr__(self, name: str) -> Any:
+        # rrule.byhour etc., as dateutil and celery-redbeat 2.4.2 expose them
+        rules = self.__dict__.get("rules")
+        if rules is not None and name in rules:
+            return rules[name]
+        raise AttributeError(name)
+
+    def __repr__(self) -> str:
+        return f"<rrule: {FREQUENCY_NAMES[self.freq]} every {self.interval} from {self.dtstart}>"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, rrule):
+            return NotImplemented
+        return (self.freq, self.interval, self.dtstart, self.until, self.rules) == (
+            other.freq, other.interval, other.dtstart, other.until, other.rules
+        )
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_rrule, (self.freq, self.dtstart, self.interval, self.until, self.rules))
+
+
+def _rebuild_rrule(freq: int, dtstart: datetime, interval: int, until: Any, rules: dict) -> rrule:
+    return rrule(freq, dtstart=dtstart, interval=interval, until=until, **rules)
+
+
+class crontab(_ScheduleProtocol, celery_schedules.crontab):
+    """Celery's crontab, evaluated in its own IANA ``timezone`` instead of the app's.
+
+    Without ``timezone`` it behaves as Celery's crontab (the app's zone) and is stored
+    exactly as celery-redbeat 2.4.2 stores a crontab.
+    """
+
+    def __init__(self, *args: Any, timezone: str | None = None, **kwargs: Any) -> None:
+        celery_schedules.crontab.__init__(self, *args, **kwargs)
+        self.timezone = timezone
+        if timezone is not None:
+            ZoneInfo(timezone)  # fail now, not at the first tick
+
+    @property
+    def tz(self) -> Any:  # type: ignore[override]
+        return ZoneInfo(self.timezone) if self.timezone else self.app.timezone
+
+    def __eq__(self, other: object) -> bool:
+        same = celery_schedules.crontab.__eq__(self, other)
+        if same is NotImplemented or not same:
+            return same
+        return getattr(other, "timezone", None) == self.timezone
+
+    def __reduce__(self) -> Any:
+        fields = (self._orig_minute, self._orig_hour, self._orig_day_of_week,
+                  self._orig_day_of_month, self._orig_month_of_year)
+        return (_rebuild_crontab, (fields, self.timezone))
+
+
+def _rebuild_crontab(fields: tuple, zone: str | None) -> crontab:
+    return crontab(*fields, timezone=zone)

@@ -1,0 +1,187 @@
+"""Typed settings, read once from ``app.conf`` and passed down.
+
+Every setting is accepted under its Celery 4+ name (``redbeat_redis_url``) and its
+Celery 3 upper-case name (``REDBEAT_REDIS_URL``), as celery-redbeat 2.4.2 accepts them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery import Celery
+
+from .keys import KeyLayout
+
+logger = logging.getLogger("celery.beat")
+
+_MISSING = object()
+
+DEFAULT_KEY_PREFIX = "redbeat:"
+DEFAULT_MAX_LOOP_INTERVAL = 300.0
+#: How often a standby asks for the lock, and the longest a leader sleeps, so a new
+#: entry saved by anyone is picked up within this many seconds.
+DEFAULT_POLL_INTERVAL = 1.0
+DEFAULT_BATCH_SIZE = 1000
+DEFAULT_HISTORY_LENGTH = 10
+AT_LEAST_ONCE = "at-least-once"
+AT_MOST_ONCE = "at-most-once"
+
+
+def conf_lookup(conf: Mapping[str, Any], name: str, default: Any = _MISSING) -> Any:
+    """The value of ``name`` under either spelling, or ``default``."""
+    for spelling in (name, name.upper()):
+        if spelling in conf:
+            value = conf[spelling]
+            return value
+    return default
+
+
+def conf_has(conf: Mapping[str, Any], name: str) -> bool:
+    return conf_lookup(conf, name) is not _MISSING
+
+
+@dataclass
+class RedBeatConfig:
+    """What redbeat needs from the Celery configuration, resolved once.
+
+    Built from an app (``RedBeatConfig(app)``, the 2.4.2 signature) or directly from
+    keyword arguments in tests and tools.
+    """
+
+    app: Celery | None = None
+    redis_url: str = ""
+    redis_use_ssl: Any = None
+    redis_options: dict[str, Any] = field(default_factory=dict)
+    redis_options_from_redbeat: bool = True
+    key_prefix: str = DEFAULT_KEY_PREFIX
+    lock_key: str | None = None
+    lock_timeout: float = 0.0
+    max_loop_interval: float = DEFAULT_MAX_LOOP_INTERVAL
+    poll_interval: float = DEFAULT_POLL_INTERVAL
+    batch_size: int = DEFAULT_BATCH_SIZE
+    delivery: str = AT_LEAST_ONCE
+    deterministic_task_ids: bool = True
+    exit_on_lock_loss: bool = False
+    history_length: int = DEFAULT_HISTORY_LENGTH
+    refuse_evicting_redis: bool = False
+    redis_url_is_fallback: bool = False
+
+    def __post_init__(self) -> None:
+        if self.app is not None:
+            self._read(self.app.conf)
+        self._check()
+
+    def _read(self, conf: Mapping[str, Any]) -> None:
+        url = conf_lookup(conf, "redbeat_redis_url", None)
+        self.redis_url_is_fallback = not url
+        self.redis_url = url or conf_lookup(conf, "broker_url", None) or ""
+        self.redis_use_ssl = conf_lookup(
+            conf, "redbeat_redis_use_ssl", conf_lookup(conf, "broker_use_ssl", None)
+        )
+        options = conf_lookup(conf, "redbeat_redis_options", _MISSING)
+        self.redis_options_from_redbeat = options is not _MISSING
+        if options is _MISSING:
+            options = conf_lookup(conf, "broker_transport_options", None)
+        self.redis_options = dict(options or {})
+        self.key_prefix = conf_lookup(conf, "redbeat_key_prefix", None) or DEFAULT_KEY_PREFIX
+        lock_key = conf_lookup(conf, "redbeat_lock_key", _MISSING)
+        self.lock_key = (
+            KeyLayout(self.key_prefix).lock
+            if lock_key is _MISSING
+            else (None if lock_key is None else KeyLayout(self.key_prefix, lock_key).lock)
+        )
+        self.max_loop_interval = float(
+            conf_lookup(conf, "beat_max_loop_interval", None) or DEFAULT_MAX_LOOP_INTERVAL
+        )
+        self.lock_timeout = float(
+            conf_lookup(conf, "redbeat_lock_timeout", None) or self.max_loop_interval * 5
+        )
+        self.poll_interval = float(
+            conf_lookup(conf, "redbeat_poll_interval", None) or DEFAULT_POLL_INTERVAL
+        )
+        self.batch_size = int(conf_lookup(conf, "redbeat_batch_size", None) or DEFAULT_BATCH_SIZE)
+        self.delivery = conf_lookup(conf, "redbeat_delivery", None) or AT_LEAST_ONCE
+        self.deterministic_task_ids = bool(
+            conf_lookup(conf, "redbeat_deterministic_task_ids", True)
+        )
+        self.exit_on_lock_loss = bool(conf_lookup(conf, "redbeat_exit_on_lock_loss", False))
+        self.history_length = int(
+            conf_lookup(conf, "redbeat_history_length", DEFAULT_HISTORY_LENGTH)
+        )
+        self.refuse_evicting_redis = bool(
+            conf_lookup(conf, "redbeat_refuse_evicting_redis", False)
+        )
+
+    def _check(self) -> None:
+        if self.delivery not in (AT_LEAST_ONCE, AT_MOST_ONCE):
+            raise ValueError(
+                f"redbeat_delivery must be {AT_LEAST_ONCE!r} or {AT_MOST_ONCE!r}, "
+                f"not {self.delivery!r}"
+            )
+        if self.batch_size < 1:
+            raise ValueError("redbeat_batch_size must be at least 1")
+        if not self.lock_timeout:
+            self.lock_timeout = self.max_loop_interval * 5
+        # The leader extends the lock at least once per poll interval (and between
+        # batches of a long tick); three missed extensions in a row must not be enough
+        # to lose it, or a slow Redis reply hands leadership around for nothing.
+        floor = self.poll_interval * 3 + 1
+        if self.lock_key and self.lock_timeout < floor:
+            logger.warning(
+                "beat: redbeat_lock_timeout=%ss is too close to the %ss poll interval; using %ss",
+                self.lock_timeout, self.poll_interval, floor,
+            )
+            self.lock_timeout = floor
+
+    # -- the 2.4.2 attribute names, kept for code that reads them --------------------
+
+    @property
+    def keys(self) -> KeyLayout:
+        return KeyLayout(self.key_prefix, self.lock_key)
+
+    @property
+    def schedule_key(self) -> str:
+        return self.keys.schedule
+
+    @property
+    def statics_key(self) -> str:
+        return self.keys.statics
+
+    @property
+    def redbeat_redis_options(self) -> dict[str, Any]:
+        return self.redis_options
+
+    @property
+    def schedule(self) -> dict[str, Any]:
+        """``beat_schedule`` of the app, read live so tests and tools may change it."""
+        if self.app is None:
+            return {}
+        return dict(conf_lookup(self.app.conf, "beat_schedule", None) or {})
+
+    @schedule.setter
+    def schedule(self, value: dict[str, Any]) -> None:
+        if self.app is not None:
+            self.app.conf.beat_schedule = value
+
+    def either_or(self, name: str, default: Any = None) -> Any:
+        if self.app is None:
+            return default
+        return conf_lookup(self.app.conf, name, default)
+
+    def is_key_in_conf(self, name: str) -> bool:
+        return self.app is not None and conf_has(self.app.conf, name)
+
+
+def ensure_conf(app: Celery | None = None) -> RedBeatConfig:
+    """The app's settings, built on first use and kept on ``app.redbeat_conf``."""
+    from celery import current_app
+
+    app = app or current_app._get_current_object()
+    config = getattr(app, "redbeat_conf", None)
+    if config is None:
+        config = RedBeatConfig(app)
+        app.redbeat_conf = config
+    return config

@@ -1,0 +1,258 @@
+"""Every Redis round trip of redbeat, and the Lua scripts they run.
+
+A reader looking for "where does this command go to Redis" finds it here. Each public
+method is one round trip (a script call or one pipeline) wrapped in the retry policy,
+so the cost of a tick is countable by reading this file: ``fetch`` (1), ``commit`` (1)
+and ``confirm`` (1), whatever the number of due entries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from .keys import CHANGED, DEFINITION, META, QUARANTINE, KeyLayout
+from .retry import RetryPolicy
+
+
+def load_script(name: str) -> str:
+    return resources.files("redbeat").joinpath("lua", f"{name}.lua").read_text()
+
+
+def fingerprint(definition: str | None, meta: str | None) -> str:
+    """What commit.lua compares to know an entry is unchanged since it was read."""
+    text = (definition or "") + "\n" + (meta or "")
+    return hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Row:
+    """One due entry as tick.lua read it: raw text, decoded later."""
+
+    key: str
+    score: float
+    definition: str | None
+    meta: str | None
+    history: str | None
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.definition, self.meta)
+
+
+@dataclass
+class Fetch:
+    status: str  # 'leader', 'acquired' or 'standby'
+    holder: str | None = None
+    holder_ttl_ms: int | None = None
+    next_score: float | None = None
+    pending: dict[str, str] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One write of commit.lua (see its header for the kinds)."""
+
+    kind: str
+    key: str
+    fingerprint: str = ""
+    score: float = 0.0
+    value: str = ""
+    history: str = ""
+    pending_id: str = ""
+    pending_message: str = ""
+
+    def args(self) -> list[Any]:
+        return [self.kind, self.key, self.fingerprint, repr(self.score), self.value,
+                self.history, self.pending_id, self.pending_message]
+
+
+@dataclass(frozen=True)
+class StaticWrite:
+    key: str
+    name: str
+    definition: str
+    meta: str
+    score: float
+    changed: str
+
+
+class LockLost(Exception):
+    """The lock is held by another node (or expired) when this node tried to write."""
+
+    def __init__(self, holder: str | None) -> None:
+        super().__init__(f"lock lost (now held by {holder or 'nobody'})")
+        self.holder = holder
+
+
+class ScheduleStore:
+    def __init__(self, client: Any, keys: KeyLayout, policy: RetryPolicy | None = None) -> None:
+        self.client = client
+        self.keys = keys
+        self.policy = policy or RetryPolicy()
+        self._scripts = {
+            name: client.register_script(load_script(name))
+            for name in ("tick", "commit", "sync_statics", "release")
+        }
+
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        script = self._scripts[name]
+        return self.policy.call(lambda: script(keys=list(keys), args=list(args)))
+
+    def preload(self) -> dict[str, str]:
+        """Load every script and read the eviction policy, in one round trip.
+
+        Loading now spares the first tick a NOSCRIPT retry. The policy is returned
+        ({} when the server or an ACL refuses CONFIG GET) for the start-up check.
+        """
+        def load() -> Any:
+            with self.client.pipeline(transaction=False) as pipe:
+                for script in self._scripts.values():
+                    pipe.script_load(script.script)
+                pipe.config_get("maxmemory-policy")
+                return pipe.execute(raise_on_error=False)
+        reply = self.policy.call(load)
+        for script, sha in zip(self._scripts.values(), reply, strict=False):
+            if isinstance(sha, str):
+                script.sha = sha
+        config = reply[-1]
+        return config if isinstance(config, dict) else {}
+
+    def forget_node(self, node_id: str) -> None:
+        self.policy.call(lambda: self.client.hdel(self.keys.nodes, node_id))
+
+    def nodes(self) -> dict[str, str]:
+        return self.policy.call(lambda: self.client.hgetall(self.keys.nodes))
+
+    # -- the tick: fetch, commit, confirm ---------------------------------------------
+
+    def fetch(
+        self, now: float, token: str, lock_timeout_ms: int, batch: int, node_id: str
+    ) -> Fetch:
+        reply = self._run(
+            "tick",
+            [self.keys.schedule, self.keys.lock, self.keys.pending, self.keys.nodes],
+            [repr(now), batch, token, lock_timeout_ms, node_id],
+        )
+        status = reply[0]
+        if status == "standby":
+            return Fetch(status, holder=reply[1], holder_ttl_ms=int(reply[2]))
+        if status == "acquired":
+            return Fetch(status)
+        next_score = float(reply[1]) if reply[1] is not None else None
+        flat_pending = reply[2]
+        pending = dict(zip(flat_pending[0::2], flat_pending[1::2], strict=True))
+        flat = reply[3]
+        rows = [
+            Row(flat[i], float(flat[i + 1]), flat[i + 2], flat[i + 3], flat[i + 4])
+            for i in range(0, len(flat), 5)
+        ]
+        return Fetch(status, next_score=next_score, pending=pending, rows=rows)
+
+    def commit(self, ops: Sequence[Op], token: str, lock_timeout_ms: int) -> int:
+        """Apply ``ops`` atomically if this node holds the lock; raises LockLost otherwise."""
+        args: list[Any] = [token, lock_timeout_ms]
+        for op in ops:
+            args.extend(op.args())
+        reply = self._run("commit", [self.keys.schedule, self.keys.lock, self.keys.pending], args)
+        if reply[0] == "lost":
+            raise LockLost(reply[1])
+        return int(reply[1])
+
+    def confirm(self, task_ids: Iterable[str]) -> None:
+        """Forget pending slots whose publish the broker accepted."""
+        ids = list(task_ids)
+        if ids:
+            self.policy.call(lambda: self.client.hdel(self.keys.pending, *ids))
+
+    # -- the lock ------------------------------------------------------------------------
+
+    def release_lock(self, token: str) -> bool:
+        return bool(self._run("release", [self.keys.lock], [token]))
+
+    def lock_holder(self) -> tuple[str | None, int]:
+        """The lock's value and remaining milliseconds (-2 when there is no lock)."""
+        def read() -> Any:
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.get(self.keys.lock)
+                pipe.pttl(self.keys.lock)
+                return pipe.execute()
+        holder, ttl = self.policy.call(read)
+        return holder, int(ttl)
+
+    # -- statics -------------------------------------------------------------------------
+
+    def read_statics(self, keys: Sequence[str]) -> tuple[set[str], list[tuple[str | None, float | None]]]:
+        """The recorded static names, and the meta and score of each key given."""
+        def read() -> Any:
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.smembers(self.keys.statics)
+                for key in keys:
+                    pipe.hget(key, META)
+                    pipe.zscore(self.keys.schedule, key)
+                return pipe.execute()
+        reply = self.policy.call(read)
+        names = set(reply[0])
+        pairs = [(reply[i], reply[i + 1]) for i in range(1, len(reply), 2)]
+        return names, pairs
+
+    def write_statics(
+        self, writes: Sequence[StaticWrite], removed: Sequence[tuple[str, str]], token: str
+    ) -> None:
+        args: list[Any] = [token, len(writes)]
+        for w in writes:
+            args.extend([w.key, w.name, w.definition, w.meta, repr(w.score), w.changed])
+        for key, name in removed:
+            args.extend([key, name])
+        reply = self._run("sync_statics", [self.keys.schedule, self.keys.lock, self.keys.statics], args)
+        if reply == "lost":
+            raise LockLost(None)
+
+    # -- single entries (the Python API and the CLI) -------------------------------------
+
+    def load(self, key: str) -> tuple[str | None, str | None]:
+        return tuple(self.policy.call(lambda: self.client.hmget(key, DEFINITION, META)))  # type: ignore[return-value]
+
+    def load_full(self, key: str) -> dict[str, str]:
+        return self.policy.call(lambda: self.client.hgetall(key))
+
+    def save(self, key: str, definition: str, meta: str, score: float, changed: str) -> None:
+        """Definition always, meta only when absent (a re-save keeps the run history)."""
+        def write() -> None:
+            with self.client.pipeline(transaction=True) as pipe:
+                pipe.hset(key, mapping={DEFINITION: definition, CHANGED: changed})
+                pipe.hsetnx(key, META, meta)
+                pipe.hdel(key, QUARANTINE)
+                pipe.zadd(self.keys.schedule, {key: score})
+                pipe.execute()
+        self.policy.call(write)
+
+    def write_meta(self, key: str, meta: str, score: float) -> None:
+        def write() -> None:
+            with self.client.pipeline(transaction=True) as pipe:
+                pipe.hset(key, META, meta)
+                pipe.zadd(self.keys.schedule, {key: score})
+                pipe.execute()
+        self.policy.call(write)
+
+    def set_score(self, key: str, score: float) -> None:
+        self.policy.call(lambda: self.client.zadd(self.keys.schedule, {key: score}))
+
+    def delete(self, key: str) -> None:
+        def write() -> None:
+            with self.client.pipeline(transaction=True) as pipe:
+                pipe.zrem(self.keys.schedule, key)
+                pipe.delete(key)
+                pipe.execute()
+        self.policy.call(write)
+
+    def rank(self, key: str) -> int | None:
+        return self.policy.call(lambda: self.client.zrank(self.keys.schedule, key))
+
+    def score(self, key: str) -> float | None:
+        return self.policy.call(lambda: self.client.zscore(self.keys.schedule, key))
+
