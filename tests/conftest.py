@@ -1,0 +1,63 @@
+"""Fixtures: a private redis-server per test worker, Celery apps wired to it, fakeredis.
+
+Tests that need Redis semantics (Lua, expiry, locking, restarts) use ``redis_server``,
+a real server this suite started on a free loopback port; it is flushed before each
+test. Without ``redis-server`` on PATH those tests skip, except when
+REDBEAT_REQUIRE_REDIS=1 (set by .ci/run), where they fail.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from celery import Celery
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from support.redis_server import RedisServer, redis_required, redis_server_binary  # noqa: E402
+
+
+def make_app(url: str, **conf: object) -> Celery:
+    app = Celery("tests", broker="memory://", set_as_current=False)
+    app.conf.redbeat_redis_url = url
+    app.conf.timezone = "UTC"
+    app.conf.update(conf)
+    return app
+
+
+@pytest.fixture(scope="session")
+def redis_server_session() -> Iterator[RedisServer]:
+    if redis_server_binary() is None:
+        if redis_required():
+            pytest.fail("redis-server is not on PATH and REDBEAT_REQUIRE_REDIS is set")
+        pytest.skip("redis-server is not on PATH: real-Redis tests skipped")
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def redis_server(redis_server_session: RedisServer) -> RedisServer:
+    if redis_server_session.process is None or redis_server_session.process.poll() is not None:
+        redis_server_session.start()
+    redis_server_session.client().flushall()
+    return redis_server_session
+
+
+@pytest.fixture
+def app(redis_server: RedisServer) -> Celery:
+    """An app on the private real Redis."""
+    return make_app(redis_server.url)
+
+
+@pytest.fixture
+def fake_app() -> Celery:
+    """An app whose Redis is fakeredis: for codec and entry units that need no Lua."""
+    import fakeredis
+
+    app = make_app("redis://fake:6379/0")
+    app.redbeat_redis = fakeredis.FakeRedis(decode_responses=True)
+    return app
