@@ -1,0 +1,270 @@
+"""The tick on a real Redis, with a controlled clock."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from celery.schedules import crontab
+from conftest import make_app
+from support.counting import counting_client
+
+from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
+from redbeat.schedulers import get_redis
+
+T0 = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc).timestamp()
+
+
+class Clock:
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Recording(RedBeatScheduler):
+    """The real scheduler; only the broker publish is recorded instead of sent."""
+
+    def __init__(self, *args, **kwargs):
+        self.sent: list[tuple[str, str]] = []
+        super().__init__(*args, **kwargs)
+
+    def apply_async(self, entry, producer=None, advance=True, **kwargs):
+        self.sent.append((entry.name, entry.options["task_id"]))
+
+
+def at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(T0 + seconds, tz=timezone.utc)
+
+
+def leader(app, clock) -> Recording:
+    scheduler = Recording(app, clock=clock)
+    assert scheduler.tick() == 0.0  # first tick takes the lock and syncs statics
+    return scheduler
+
+
+def test_due_interval_is_sent_with_its_slot_id_and_rescheduled(app):
+    clock = Clock()
+    entry = RedBeatSchedulerEntry("every-10", "tasks.x", 10.0, app=app,
+                                  last_run_at=at(-10))
+    entry.save()
+    scheduler = leader(app, clock)
+    scheduler.tick()
+    slot_ms = round(T0 * 1000)
+    assert scheduler.sent == [("every-10", f"every-10:{slot_ms}")]
+    stored = RedBeatSchedulerEntry.from_key(entry.key, app=app)
+    assert stored.last_run_at == at(0) and stored.total_run_count == 1
+    assert get_redis(app).zscore(app.redbeat_conf.schedule_key, entry.key) == T0 + 10
+    assert get_redis(app).hlen(app.redbeat_conf.keys.pending) == 0  # confirmed
+
+
+def test_not_due_is_not_sent_and_sleep_is_until_due(app):
+    clock = Clock()
+    RedBeatSchedulerEntry("later", "tasks.x", 10.0, app=app, last_run_at=at(-9.5)).save()
+    scheduler = leader(app, clock)
+    assert scheduler.tick() == pytest.approx(0.5)
+    assert scheduler.sent == []
+
+
+def test_missed_slots_are_coalesced_into_one_run(app):
+    clock = Clock()
+    RedBeatSchedulerEntry("minutely", "tasks.x", 60.0, app=app, last_run_at=at(-3600 - 30)).save()
+    scheduler = leader(app, clock)
+    scheduler.tick()
+    assert scheduler.sent == [("minutely", f"minutely:{round((T0 - 30) * 1000)}")]
+    scheduler.tick()
+    assert len(scheduler.sent) == 1
+
+
+def test_early_score_is_corrected_without_sending(app):
+    clock = Clock()
+    entry = RedBeatSchedulerEntry("hourly", "tasks.x", 3600.0, app=app, last_run_at=at(-60))
+    entry.save()
+    client = get_redis(app)
+    client.zadd(app.redbeat_conf.schedule_key, {entry.key: T0 - 100})  # as 2.4.2 stores it
+    scheduler = leader(app, clock)
+    scheduler.tick()
+    assert scheduler.sent == []
+    assert client.zscore(app.redbeat_conf.schedule_key, entry.key) == T0 + 3540
+
+
+def test_disabled_entries_are_parked_and_cost_nothing(app):
+    clock = Clock()
+    entry = RedBeatSchedulerEntry("off", "tasks.x", 1.0, app=app, enabled=False)
+    entry.save()
+    client = get_redis(app)
+    assert client.zscore(app.redbeat_conf.schedule_key, entry.key) == -1
+    client.zadd(app.redbeat_conf.schedule_key, {entry.key: 0})  # as if due
+    scheduler = leader(app, clock)
+    scheduler.tick()
+    assert scheduler.sent == []
+    assert client.zscore(app.redbeat_conf.schedule_key, entry.key) == -1
+
+
+def test_member_without_hash_is_removed(app, caplog):
+    client = get_redis(app)
+    client.zadd(app.redbeat_conf.schedule_key, {"redbeat:ghost": 0})
+    scheduler = leader(app, Clock())
+    scheduler.tick()
+    assert client.zscore(app.redbeat_conf.schedule_key, "redbeat:ghost") is None
+
+
+def test_poison_entry_is_quarantined_and_others_run(app):
+    client = get_redis(app)
+    client.hset("redbeat:bad", "definition", "{not json")
+    client.zadd(app.redbeat_conf.schedule_key, {"redbeat:bad": 0})
+    RedBeatSchedulerEntry("good", "tasks.x", 5.0, app=app).save()
+    scheduler = leader(app, Clock(T0 + 1e6))
+    scheduler.tick()
+    assert [name for name, _ in scheduler.sent] == ["good"]
+    assert "definition" in json.loads(client.hget("redbeat:bad", "quarantine"))["reason"]
+    assert client.zscore(app.redbeat_conf.schedule_key, "redbeat:bad") == -1
+
+
+def test_raw_redis_entries_run(app):
+    """The documented recipe for writers in other languages: HSET + ZADD 0."""
+    client = get_redis(app)
+    client.hset("redbeat:raw-interval", "definition", json.dumps({
+        "name": "raw-interval", "task": "tasks.raw",
+        "schedule": {"__type__": "interval", "every": 30, "relative": False}}))
+    client.zadd("redbeat::schedule", {"redbeat:raw-interval": 0})
+    client.hset("redbeat:raw-cron", "definition", json.dumps({
+        "name": "raw-cron", "task": "tasks.report", "args": [], "kwargs": {}, "options": {},
+        "enabled": True, "schedule": {"__type__": "crontab", "minute": "0", "hour": "3"}}))
+    client.zadd("redbeat::schedule", {"redbeat:raw-cron": 0})
+    scheduler = leader(app, Clock())
+    scheduler.tick()
+    assert [name for name, _ in scheduler.sent] == ["raw-interval"]
+    # the crontab is not due at 12:00: it waits for 03:00 the next day
+    next_cron = datetime(2026, 11, 24, 3, tzinfo=timezone.utc).timestamp()
+    assert client.zscore("redbeat::schedule", "redbeat:raw-cron") == next_cron
+
+
+def test_standby_does_not_dispatch_and_takes_over_on_release(app, redis_server):
+    clock = Clock()
+    RedBeatSchedulerEntry("e", "tasks.x", 1.0, app=app).save()
+    first = leader(app, clock)
+    second = Recording(make_app(redis_server.url), clock=clock)
+    assert second.tick() == pytest.approx(1.0)  # standby polls every second
+    assert not second.leading
+    holder = get_redis(app).get(app.redbeat_conf.lock_key)
+    assert holder == first.token and holder.split(":")[1].isdigit()
+    first.close()
+    assert get_redis(app).get(app.redbeat_conf.lock_key) is None
+    assert second.tick() == 0.0 and second.leading
+    second.tick()
+    assert first.sent == [] and [n for n, _ in second.sent] == ["e"]
+
+
+def test_expired_lock_is_taken_by_a_standby(redis_server):
+    fast = {"redbeat_lock_timeout": 4, "redbeat_poll_interval": 1}
+    app_a, app_b = make_app(redis_server.url, **fast), make_app(redis_server.url, **fast)
+    a = leader(app_a, Clock())
+    b = Recording(app_b, clock=Clock())
+    b.tick()
+    ttl = get_redis(app_a).pttl(app_a.redbeat_conf.lock_key)
+    assert 3000 < ttl <= 4000
+    get_redis(app_a).pexpire(app_a.redbeat_conf.lock_key, 1)  # as if A froze past expiry
+    import time
+    time.sleep(0.01)
+    assert b.tick() == 0.0 and b.leading
+    a.tick()  # A finds the lock gone to B and stands by, without crashing
+    assert not a.leading
+
+
+def test_commit_after_losing_the_lock_dispatches_nothing(app):
+    clock = Clock()
+    RedBeatSchedulerEntry("e", "tasks.x", 1.0, app=app, last_run_at=at(-5)).save()
+    scheduler = leader(app, clock)
+    client = get_redis(app)
+    real_commit = scheduler.store.commit
+
+    def commit_after_takeover(ops, token, lock_ms):
+        client.set(app.redbeat_conf.lock_key, "other-host:1:abc")  # another node took over
+        return real_commit(ops, token, lock_ms)
+
+    scheduler.store.commit = commit_after_takeover
+    scheduler.tick()
+    assert scheduler.sent == [] and not scheduler.leading
+    stored = RedBeatSchedulerEntry.from_key("redbeat:e", app=app)
+    assert stored.last_run_at == at(-5)  # nothing written
+
+
+def test_exit_on_lock_loss_setting(redis_server):
+    app = make_app(redis_server.url, redbeat_exit_on_lock_loss=True)
+    scheduler = leader(app, Clock())
+    get_redis(app).set(app.redbeat_conf.lock_key, "other-host:1:abc")
+    with pytest.raises(SystemExit):
+        scheduler.tick()
+
+
+def test_statics_sync_keeps_history_and_removes_dropped(redis_server):
+    schedule = {"s1": {"task": "tasks.a", "schedule": 10.0},
+                "s2": {"task": "tasks.b", "schedule": crontab(minute=0)}}
+    app = make_app(redis_server.url, beat_schedule=schedule)
+    client = get_redis(app)
+    RedBeatSchedulerEntry("dynamic", "tasks.d", 10.0, app=app).save()
+    clock = Clock()
+    first = leader(app, clock)
+    assert client.smembers("redbeat::statics") >= {"s1", "s2"}
+    first.tick()
+    assert ("s1", f"s1:{round(T0 * 1000)}") in first.sent
+    first.close()
+
+    changed = make_app(redis_server.url, beat_schedule={
+        "s1": {"task": "tasks.a2", "schedule": 10.0},
+        "broken": {"task": "tasks.x", "schedule": "not a schedule"}})
+    second = leader(changed, clock)
+    s1 = RedBeatSchedulerEntry.from_key("redbeat:s1", app=changed)
+    assert s1.task == "tasks.a2" and s1.total_run_count == 1  # history kept
+    assert not client.exists("redbeat:s2") and "s2" not in client.smembers("redbeat::statics")
+    assert client.exists("redbeat:dynamic")
+    assert not client.exists("redbeat:broken")
+    second.close()
+
+
+def test_standby_never_writes_statics(redis_server):
+    app = make_app(redis_server.url)
+    first = leader(app, Clock())
+    other = make_app(redis_server.url, beat_schedule={"s9": {"task": "t", "schedule": 5.0}})
+    Recording(other, clock=Clock()).tick()
+    assert not get_redis(app).exists("redbeat:s9")
+    first.close()
+
+
+@pytest.mark.parametrize("due_count", [1, 500, 2000])
+def test_round_trips_per_tick_do_not_grow_with_due_entries(redis_server, due_count):
+    """A regression to per-entry round trips cannot land: 3 for any number due."""
+    app = make_app(redis_server.url, redbeat_batch_size=5000)
+    writer = get_redis(app)
+    definition = {"task": "tasks.x", "args": None, "kwargs": {}, "options": {},
+                  "schedule": {"__type__": "interval", "every": 60.0, "relative": False},
+                  "enabled": True}
+    with writer.pipeline() as pipe:
+        for i in range(due_count):
+            pipe.hset(f"redbeat:e{i}", "definition", json.dumps({"name": f"e{i}", **definition}))
+            pipe.zadd("redbeat::schedule", {f"redbeat:e{i}": T0 - 1})
+        pipe.execute()
+    app.redbeat_redis = client = counting_client(redis_server.url)
+    scheduler = leader(app, Clock())
+    before = client.counter.round_trips
+    scheduler.tick()
+    busy = client.counter.round_trips - before
+    assert len(scheduler.sent) == due_count
+    before = client.counter.round_trips
+    scheduler.tick()
+    idle = client.counter.round_trips - before
+    assert (busy, idle) == (3, 1)
+
+
+def test_backlog_is_drained_in_bounded_batches(redis_server):
+    app = make_app(redis_server.url, redbeat_batch_size=100)
+    for i in range(250):
+        RedBeatSchedulerEntry(f"b{i}", "tasks.x", 3600.0, app=app).save()
+    scheduler = leader(app, Clock(T0 + 10**6))
+    intervals = [scheduler.tick() for _ in range(3)]
+    assert intervals[:2] == [0.0, 0.0]  # full batches: tick again at once
+    assert len(scheduler.sent) == 250
+    assert len({task_id for _, task_id in scheduler.sent}) == 250
