@@ -1,0 +1,127 @@
+"""RedBeatSchedulerEntry: the 2.4.2 API on fakeredis (no Lua involved)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from celery.schedules import crontab
+
+from redbeat import RedBeatSchedulerEntry
+from redbeat.entry import InvalidEntry
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
+
+
+def test_save_writes_the_242_layout(fake_app):
+    entry = RedBeatSchedulerEntry("job", "tasks.job", 30.0, args=[1, 2], kwargs={"a": 1},
+                                  options={"queue": "q"}, app=fake_app).save()
+    client = fake_app.redbeat_redis
+    stored = client.hgetall("redbeat:job")
+    assert json.loads(stored["definition"]) == {
+        "name": "job", "task": "tasks.job", "args": [1, 2], "kwargs": {"a": 1},
+        "options": {"queue": "q"},
+        "schedule": {"__type__": "interval", "every": 30.0, "relative": False}, "enabled": True,
+    }
+    assert json.loads(stored["meta"]) == {"last_run_at": None}
+    assert json.loads(stored["changed"])["by"] == "python-api"
+    assert client.zscore("redbeat::schedule", "redbeat:job") == pytest.approx(entry.score)
+    assert entry.key == "redbeat:job" and entry.rank == 0
+
+
+def test_resave_keeps_meta(fake_app):
+    entry = RedBeatSchedulerEntry("job", "tasks.job", 30.0, app=fake_app, last_run_at=NOW)
+    entry.save()
+    RedBeatSchedulerEntry("job", "tasks.other", 60.0, app=fake_app).save()
+    loaded = RedBeatSchedulerEntry.from_key("redbeat:job", app=fake_app)
+    assert loaded.task == "tasks.other" and loaded.last_run_at == NOW
+    assert loaded.due_at == NOW + timedelta(seconds=60)
+
+
+def test_from_key_of_missing_key_raises_key_error(fake_app):
+    with pytest.raises(KeyError):
+        RedBeatSchedulerEntry.from_key("redbeat:nope", app=fake_app)
+
+
+def test_delete(fake_app):
+    entry = RedBeatSchedulerEntry("job", "tasks.job", 30.0, app=fake_app).save()
+    entry.delete()
+    assert not fake_app.redbeat_redis.exists("redbeat:job")
+    assert fake_app.redbeat_redis.zcard("redbeat::schedule") == 0
+
+
+def test_reschedule_and_next(fake_app):
+    entry = RedBeatSchedulerEntry("job", "tasks.job", 30.0, app=fake_app).save()
+    entry.reschedule(last_run_at=NOW)
+    assert fake_app.redbeat_redis.zscore("redbeat::schedule", entry.key) == NOW.timestamp() + 30
+    following = next(entry)
+    assert following.total_run_count == 1
+    loaded = RedBeatSchedulerEntry.from_key(entry.key, app=fake_app)
+    assert loaded.total_run_count == 1 and loaded.last_run_at == following.last_run_at
+
+
+def test_due_at_for_crontab_and_is_due(fake_app):
+    entry = RedBeatSchedulerEntry("c", "t", crontab(minute=0, hour=3), app=fake_app,
+                                  last_run_at=NOW)
+    assert entry.due_at == datetime(2026, 11, 24, 3, tzinfo=timezone.utc)
+    overdue = RedBeatSchedulerEntry("i", "t", 10.0, app=fake_app,
+                                    last_run_at=datetime(2000, 1, 1, tzinfo=timezone.utc))
+    assert overdue.is_due()[0] is True
+    assert RedBeatSchedulerEntry("d", "t", 10.0, app=fake_app, enabled=False).is_due()[0] is False
+
+
+def test_prefix_is_used_literally(fake_app):
+    fake_app.conf.redbeat_key_prefix = "myapp"
+    entry = RedBeatSchedulerEntry("job1", "t", 5.0, app=fake_app).save()
+    assert entry.key == "myappjob1"
+    assert fake_app.redbeat_redis.zscore("myapp:schedule", "myappjob1") is not None
+    assert fake_app.redbeat_conf.lock_key == "myapp:lock"
+
+
+@pytest.mark.parametrize(
+    ("definition", "reason"),
+    [
+        ("{oops", "definition: JSONDecodeError"),
+        ('["a"]', "must be a JSON object"),
+        ('{"name": "x", "task": "t"}', "missing 'schedule'"),
+        ('{"name": "x", "task": "t", "schedule": {"__type__": "lunar"}}', "unknown schedule type"),
+        ('{"name": "x", "task": 5, "schedule": {"__type__": "interval", "every": 1}}',
+         "'task' must be a string"),
+        ('{"name": "y", "task": "t", "schedule": {"__type__": "interval", "every": 1}}',
+         "belongs to key"),
+        ('{"name": "x", "task": "t", "schedule": {"__type__": "crontab", "minute": "99"}}',
+         "definition:"),
+        ('{"name": "x", "task": "t", "args": {}, "schedule": {"__type__": "interval", "every": 1}}',
+         "'args' must be a list"),
+    ],
+)
+def test_invalid_definitions_say_why(fake_app, definition, reason):
+    with pytest.raises(InvalidEntry) as error:
+        RedBeatSchedulerEntry.decode(fake_app, "redbeat:x", definition, None)
+    assert reason in error.value.reason
+
+
+def test_settings_accept_both_spellings(fake_app):
+    from redbeat.settings import RedBeatConfig
+
+    fake_app.conf.REDBEAT_KEY_PREFIX = "upper:"
+    fake_app.conf.redbeat_lock_key = None
+    config = RedBeatConfig(fake_app)
+    assert config.key_prefix == "upper:" and config.lock_key is None
+    assert config.schedule_key == "upper::schedule"
+
+
+def test_lock_timeout_is_raised_when_too_close_to_the_poll(fake_app, caplog):
+    from redbeat.settings import RedBeatConfig
+
+    fake_app.conf.redbeat_lock_timeout = 1
+    assert RedBeatConfig(fake_app).lock_timeout == 4.0
+    assert "too close" in caplog.text
+
+
+def test_lock_key_outside_prefix_gets_the_prefix(fake_app):
+    from redbeat.settings import RedBeatConfig
+
+    fake_app.conf.redbeat_lock_key = "mylock"
+    assert RedBeatConfig(fake_app).lock_key == "redbeat:mylock"
