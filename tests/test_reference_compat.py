@@ -1,0 +1,119 @@
+"""Both ways with the real celery-redbeat 2.4.2, run in its own interpreter.
+
+REDBEAT_REFERENCE_PYTHON names a Python with celery-redbeat 2.4.2 installed (.ci/run
+builds one). Without it these tests skip, except in CI (REDBEAT_REQUIRE_REDIS), where
+they fail, so the compatibility claim is always checked there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+from datetime import datetime, timezone
+
+import pytest
+from celery.schedules import crontab
+from support.redis_server import redis_required
+
+from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
+from redbeat.schedules import rrule
+
+REFERENCE = os.environ.get("REDBEAT_REFERENCE_PYTHON")
+
+pytestmark = pytest.mark.skipif(
+    not REFERENCE and not redis_required(),
+    reason="REDBEAT_REFERENCE_PYTHON (a Python with celery-redbeat 2.4.2) is not set",
+)
+
+
+def run_reference(script: str, url: str) -> dict:
+    if not REFERENCE:
+        pytest.fail("REDBEAT_REFERENCE_PYTHON must be set in CI")
+    prelude = textwrap.dedent(f"""
+        import json, sys
+        from celery import Celery
+        app = Celery('ref', broker='memory://')
+        app.conf.redbeat_redis_url = {url!r}
+        app.conf.timezone = 'UTC'
+    """)
+    result = subprocess.run([REFERENCE, "-c", prelude + textwrap.dedent(script)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+class Recording(RedBeatScheduler):
+    def __init__(self, *args, **kwargs):
+        self.sent = []
+        super().__init__(*args, **kwargs)
+
+    def apply_async(self, entry, producer=None, advance=True, **kwargs):
+        self.sent.append(entry.name)
+
+
+def test_what_we_write_runs_under_242(app, redis_server):
+    long_ago = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    entries = [
+        RedBeatSchedulerEntry("iv", "tasks.iv", 5.0, args=["h\u00e9", 2], kwargs={"k": [1]},
+                              options={"queue": "q"}, app=app, last_run_at=long_ago),
+        RedBeatSchedulerEntry("cron", "tasks.cron", crontab(minute="*"), app=app,
+                              last_run_at=long_ago),
+        RedBeatSchedulerEntry("rr", "tasks.rr", rrule("MINUTELY", dtstart=long_ago), app=app,
+                              last_run_at=long_ago),
+        RedBeatSchedulerEntry("off", "tasks.off", 5.0, enabled=False, app=app),
+    ]
+    for entry in entries:
+        entry.save()
+    ours = Recording(app)
+    ours.tick()
+    ours.tick()  # one run each: meta now has total_run_count, plus history and pending
+    ours.close()
+    for key in ("redbeat:iv", "redbeat:cron", "redbeat:rr"):
+        # due again for the reference tick, keeping the run count our tick wrote
+        RedBeatSchedulerEntry.from_key(key, app=app).reschedule(last_run_at=long_ago)
+    report = run_reference("""
+        from celery.signals import beat_init
+        from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
+        loaded = {}
+        for name in ('iv', 'cron', 'rr', 'off'):
+            e = RedBeatSchedulerEntry.from_key('redbeat:' + name, app=app)
+            loaded[name] = [e.task, e.args, e.kwargs, e.options, e.enabled, e.total_run_count]
+        sent = []
+        class R(RedBeatScheduler):
+            def apply_async(self, entry, producer=None, advance=True, **kw):
+                sent.append(entry.name)
+        s = R(app=app)
+        class Service: scheduler = s
+        beat_init.send(sender=Service())
+        s.tick()
+        print(json.dumps({'loaded': loaded, 'sent': sorted(sent)}))
+    """, redis_server.url)
+    assert report["loaded"]["iv"] == ["tasks.iv", ["h\u00e9", 2], {"k": [1]}, {"queue": "q"},
+                                      True, 1]
+    assert report["loaded"]["off"][4] is False
+    assert report["sent"] == ["cron", "iv", "rr"]
+
+
+def test_what_242_writes_runs_here(app, redis_server):
+    run_reference("""
+        from datetime import datetime, timezone
+        from celery.schedules import crontab
+        from redbeat import RedBeatSchedulerEntry
+        from redbeat.schedules import rrule
+        past = datetime(2026, 1, 1, tzinfo=timezone.utc)
+        for e in (
+            RedBeatSchedulerEntry('iv', 'tasks.iv', 5.0, args=[1], app=app),
+            RedBeatSchedulerEntry('cron', 'tasks.cron', crontab(minute='*'), app=app),
+            RedBeatSchedulerEntry('rr', 'tasks.rr', rrule('MINUTELY', dtstart=past), app=app),
+        ):
+            e.save()
+            e.reschedule(last_run_at=past)
+        print(json.dumps({}))
+    """, redis_server.url)
+    ours = Recording(app)
+    ours.tick()
+    ours.tick()
+    assert sorted(ours.sent) == ["cron", "iv", "rr"]
+    ours.close()
