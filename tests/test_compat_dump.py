@@ -6,10 +6,10 @@ import json
 from datetime import datetime, timezone
 
 import pytest
-from support.dump import dump_hashes, load_dump, read_dump
 
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.schedulers import get_redis
+from support.dump import dump_hashes, load_dump, read_dump
 
 DUMP = read_dump()
 HASHES = dump_hashes(DUMP)

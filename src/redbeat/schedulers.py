@@ -316,7 +316,7 @@ class RedBeatScheduler(Scheduler):
         super().close()
 
     @property
-    def schedule(self) -> dict[str, RedBeatSchedulerEntry]:  # type: ignore[override]
+    def schedule(self) -> dict[str, RedBeatSchedulerEntry]:
         """The entries due now (read only; the tick is what runs them)."""
         from .manage import due_entries
 

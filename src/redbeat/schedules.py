@@ -48,7 +48,7 @@ def zone_name(tz: Any) -> str | None:
 class _ScheduleProtocol(celery_schedules.BaseSchedule):
     """Celery's schedule protocol answered from :mod:`redbeat.nexttime`."""
 
-    def remaining_estimate(self, last_run_at: datetime) -> timedelta | None:  # type: ignore[override]
+    def remaining_estimate(self, last_run_at: datetime) -> timedelta | None:
         from .nexttime import next_after
 
         upcoming = next_after(self, self.maybe_make_aware(last_run_at))
@@ -56,7 +56,7 @@ class _ScheduleProtocol(celery_schedules.BaseSchedule):
             return None
         return upcoming - self.maybe_make_aware(self.now())
 
-    def is_due(self, last_run_at: datetime) -> celery_schedules.schedstate:  # type: ignore[override]
+    def is_due(self, last_run_at: datetime) -> celery_schedules.schedstate:
         from .nexttime import next_after
 
         now = self.maybe_make_aware(self.now())
@@ -94,7 +94,7 @@ class rrule(_ScheduleProtocol):
         if unknown:
             raise TypeError(f"rrule() got unexpected arguments: {', '.join(sorted(unknown))}")
         super().__init__(nowfun=nowfun, app=app)
-        self.freq = FREQUENCIES[freq.upper()] if isinstance(freq, str) else int(freq)
+        self.freq: Any = FREQUENCIES[freq.upper()] if isinstance(freq, str) else int(freq)
         if self.freq not in FREQUENCY_NAMES:
             raise ValueError(f"rrule freq must be one of {sorted(FREQUENCIES)}, not {freq!r}")
         zone = as_zone(timezone)
@@ -156,7 +156,7 @@ class crontab(_ScheduleProtocol, celery_schedules.crontab):
             ZoneInfo(timezone)  # fail now, not at the first tick
 
     @property
-    def tz(self) -> Any:  # type: ignore[override]
+    def tz(self) -> Any:
         return ZoneInfo(self.timezone) if self.timezone else self.app.timezone
 
     def __eq__(self, other: object) -> bool:

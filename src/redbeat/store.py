@@ -19,7 +19,7 @@ from .retry import RetryPolicy
 
 
 def load_script(name: str) -> str:
-    return resources.files("redbeat").joinpath("lua", f"{name}.lua").read_text()
+    return (resources.files("redbeat") / "lua" / f"{name}.lua").read_text()
 
 
 def fingerprint(definition: str | None, meta: str | None) -> str:
@@ -186,7 +186,9 @@ class ScheduleStore:
 
     # -- statics -------------------------------------------------------------------------
 
-    def read_statics(self, keys: Sequence[str]) -> tuple[set[str], list[tuple[str | None, float | None]]]:
+    def read_statics(
+        self, keys: Sequence[str]
+    ) -> tuple[set[str], list[tuple[str | None, float | None]]]:
         """The recorded static names, and the meta and score of each key given."""
         def read() -> Any:
             with self.client.pipeline(transaction=False) as pipe:
@@ -208,14 +210,15 @@ class ScheduleStore:
             args.extend([w.key, w.name, w.definition, w.meta, repr(w.score), w.changed])
         for key, name in removed:
             args.extend([key, name])
-        reply = self._run("sync_statics", [self.keys.schedule, self.keys.lock, self.keys.statics], args)
+        keys = [self.keys.schedule, self.keys.lock, self.keys.statics]
+        reply = self._run("sync_statics", keys, args)
         if reply == "lost":
             raise LockLost(None)
 
     # -- single entries (the Python API and the CLI) -------------------------------------
 
     def load(self, key: str) -> tuple[str | None, str | None]:
-        return tuple(self.policy.call(lambda: self.client.hmget(key, DEFINITION, META)))  # type: ignore[return-value]
+        return tuple(self.policy.call(lambda: self.client.hmget(key, DEFINITION, META)))
 
     def load_full(self, key: str) -> dict[str, str]:
         return self.policy.call(lambda: self.client.hgetall(key))
