@@ -94,7 +94,8 @@ class rrule(_ScheduleProtocol):
         if unknown:
             raise TypeError(f"rrule() got unexpected arguments: {', '.join(sorted(unknown))}")
         super().__init__(nowfun=nowfun, app=app)
-        self.freq: Any = FREQUENCIES[freq.upper()] if isinstance(freq, str) else int(freq)
+        frequency: Any = FREQUENCIES[freq.upper()] if isinstance(freq, str) else int(freq)
+        self.freq = frequency
         if self.freq not in FREQUENCY_NAMES:
             raise ValueError(f"rrule freq must be one of {sorted(FREQUENCIES)}, not {freq!r}")
         zone = as_zone(timezone)
@@ -103,7 +104,7 @@ class rrule(_ScheduleProtocol):
         self.until = None if until is None else self._localize(until, zone or self.dtstart.tzinfo)
         self.rules = {name: rules.get(name) for name in RRULE_FIELDS}
         self.rrule = dateutil_rrule.rrule(
-            self.freq, dtstart=self.dtstart, interval=self.interval, until=self.until,
+            frequency, dtstart=self.dtstart, interval=self.interval, until=self.until,
             cache=True, **{k: v for k, v in self.rules.items() if v is not None},
         )
 
