@@ -268,3 +268,45 @@ def test_backlog_is_drained_in_bounded_batches(redis_server):
     assert intervals[:2] == [0.0, 0.0]  # full batches: tick again at once
     assert len(scheduler.sent) == 250
     assert len({task_id for _, task_id in scheduler.sent}) == 250
+
+
+def test_slow_publishing_keeps_the_lock_alive(redis_server):
+    """A broker slower than the lock timeout must not hand leadership away mid-tick."""
+    import time as real_time
+
+    app = make_app(redis_server.url, redbeat_lock_timeout=4)
+    for i in range(6):
+        RedBeatSchedulerEntry(f"slow{i}", "tasks.x", 3600.0, app=app).save()
+
+    class SlowBroker(Recording):
+        def apply_async(self, entry, producer=None, advance=True, **kwargs):
+            real_time.sleep(1.0)  # 6 sends: 6 s, longer than the 4 s lock
+            super().apply_async(entry, producer, advance, **kwargs)
+
+    scheduler = SlowBroker(app)
+    scheduler.tick()
+    scheduler.tick()
+    assert len(scheduler.sent) == 6 and scheduler.leading
+    assert get_redis(app).get(app.redbeat_conf.lock_key) == scheduler.token
+
+
+def test_lock_lost_while_publishing_stops_and_confirms_what_was_sent(redis_server):
+    app = make_app(redis_server.url, redbeat_lock_timeout=4)
+    for i in range(4):
+        RedBeatSchedulerEntry(f"p{i}", "tasks.x", 3600.0, app=app).save()
+    client = get_redis(app)
+
+    class Thief(Recording):
+        def apply_async(self, entry, producer=None, advance=True, **kwargs):
+            super().apply_async(entry, producer, advance, **kwargs)
+            if len(self.sent) == 2:
+                client.set(app.redbeat_conf.lock_key, "other:1:x")  # taken over
+                import time as real_time
+                real_time.sleep(1.4)  # past a third of the lock: the next send checks
+
+    scheduler = Thief(app)
+    scheduler.tick()
+    scheduler.tick()
+    assert len(scheduler.sent) == 2 and not scheduler.leading
+    pending = client.hkeys(app.redbeat_conf.keys.pending)
+    assert len(pending) == 2 and not set(pending) & {tid for _, tid in scheduler.sent}

@@ -211,9 +211,12 @@ class RedBeatScheduler(Scheduler):
         plan = plan_batch(self.app, fetch.rows, now, policy, self.Entry)
         if plan.ops:
             self.store.commit(plan.ops, self.token, self._lock_ms)
-        confirmed.extend(self._publish(plan.claims))
+        sent, lost = self._publish(plan.claims)
+        confirmed.extend(sent)
         if policy.at_least_once:
             self.store.confirm(confirmed)
+        if lost:
+            raise LockLost(None)
         return self._sleep_after(fetch, now_ts)
 
     def _sleep_after(self, fetch: Fetch, now_ts: float) -> float:
@@ -264,16 +267,25 @@ class RedBeatScheduler(Scheduler):
         logger.info("Scheduler: Sending due task %s (%s) id=%s", entry.name, entry.task, task_id)
         return self.apply_async(message, producer=self.producer, advance=False)
 
-    def _publish(self, claims: list[Claim]) -> list[str]:
-        sent = []
+    def _publish(self, claims: list[Claim]) -> tuple[list[str], bool]:
+        """Publish the claimed slots; returns the ids sent and whether the lock was lost
+        on the way (the sent ones are still confirmed, so they are not sent twice)."""
+        sent: list[str] = []
+        extended_at = time.monotonic()
         for claim in claims:
+            if self.token and time.monotonic() - extended_at > self.config.lock_timeout / 3:
+                # A slow broker must not let the lock lapse under a healthy leader. If it
+                # lapsed anyway, stop: the new leader re-sends what is still pending.
+                if not self.store.extend_lock(self.token, self._lock_ms):
+                    return sent, True
+                extended_at = time.monotonic()
             try:
                 self.send_slot(claim.entry, claim.task_id)
             except Exception as exc:
                 self._publish_failed(claim.task_id, exc)
                 break
             sent.append(claim.task_id)
-        return sent
+        return sent, False
 
     def _publish_pending(self, pending: dict[str, str]) -> list[str]:
         sent = []

@@ -96,7 +96,7 @@ class ScheduleStore:
         self.policy = policy or RetryPolicy()
         self._scripts = {
             name: client.register_script(load_script(name))
-            for name in ("tick", "commit", "sync_statics", "release")
+            for name in ("tick", "commit", "sync_statics", "release", "extend")
         }
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -170,6 +170,9 @@ class ScheduleStore:
             self.policy.call(lambda: self.client.hdel(self.keys.pending, *ids))
 
     # -- the lock ------------------------------------------------------------------------
+
+    def extend_lock(self, token: str, lock_timeout_ms: int) -> bool:
+        return bool(self._run("extend", [self.keys.lock], [token, lock_timeout_ms]))
 
     def release_lock(self, token: str) -> bool:
         return bool(self._run("release", [self.keys.lock], [token]))
