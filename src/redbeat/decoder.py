@@ -76,12 +76,17 @@ def decode_tagged(value: dict[str, Any]) -> Any:
     return codec.decode(fields)
 
 
+# One instance each: building a JSON coder per call costs more than coding a small meta.
+_ENCODER = RedBeatJSONEncoder()
+_DECODER = RedBeatJSONDecoder()
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(value, cls=RedBeatJSONEncoder)
+    return _ENCODER.encode(value)
 
 
 def loads(text: str | bytes) -> Any:
-    return json.loads(text, cls=RedBeatJSONDecoder)
+    return _DECODER.decode(text.decode() if isinstance(text, bytes) else text)
 
 
 # -- datetime ------------------------------------------------------------------------

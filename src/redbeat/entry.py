@@ -12,7 +12,9 @@ import json
 import math
 import os
 import socket
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -233,9 +235,10 @@ class RedBeatSchedulerEntry(ScheduleEntry):
 
     @classmethod
     def decode(
-        cls, app: Celery, key: str, definition: str | None, meta: str | None
+        cls, app: Celery, key: str, definition: str | None, meta: str | None,
+        cached: bool = False,
     ) -> RedBeatSchedulerEntry:
-        return decode_entry(cls, app, key, definition, meta)
+        return decode_entry(cls, app, key, definition, meta, cached)
 
     def __repr__(self) -> str:
         return f"<RedBeatSchedulerEntry: {self.name} {self.task} {self.schedule!r}>"
@@ -257,22 +260,31 @@ def _expect(key: str, field: str, value: Any, types: tuple[type, ...], what: str
     return value
 
 
-def decode_entry(
-    cls: type[RedBeatSchedulerEntry], app: Celery, key: str, definition_text: str | None,
-    meta_text: str | None,
-) -> RedBeatSchedulerEntry:
-    if not definition_text:
+@dataclass(frozen=True)
+class Definition:
+    """A validated ``definition``: everything about an entry except its run history."""
+
+    name: str
+    task: str
+    schedule: BaseSchedule
+    args: Any
+    kwargs: dict[str, Any]
+    options: dict[str, Any]
+    enabled: bool
+
+
+def parse_definition(key: str, text: str | None, prefix: str) -> Definition:
+    if not text:
         raise InvalidEntry(key, "the hash has no 'definition' field")
-    definition = _load_json(key, "definition", definition_text)
+    definition = _load_json(key, "definition", text)
     if not isinstance(definition, dict):
         raise InvalidEntry(key, "definition must be a JSON object")
     for required in ("name", "task", "schedule"):
         if required not in definition:
             raise InvalidEntry(key, f"definition is missing '{required}'")
     name = _expect(key, "name", definition["name"], (str,), "a string")
-    expected_key = ensure_conf(app).keys.entry(name)
-    if expected_key != key:
-        raise InvalidEntry(key, f"definition name {name!r} belongs to key {expected_key!r}")
+    if prefix + name != key:
+        raise InvalidEntry(key, f"definition name {name!r} belongs to key {prefix + name!r}")
     schedule = definition["schedule"]
     if isinstance(schedule, dict):
         kind = schedule.get("__type__")
@@ -286,10 +298,22 @@ def decode_entry(
     args = definition.get("args")
     if args is not None:
         _expect(key, "args", args, (list,), "a list or null")
-    kwargs = _expect(key, "kwargs", definition.get("kwargs") or {}, (dict,), "an object")
-    options = _expect(key, "options", definition.get("options") or {}, (dict,), "an object")
-    enabled = _expect(key, "enabled", definition.get("enabled", True), (bool,), "true or false")
-    meta = _load_json(key, "meta", meta_text) or {}
+    return Definition(
+        name, task, schedule, args,
+        _expect(key, "kwargs", definition.get("kwargs") or {}, (dict,), "an object"),
+        _expect(key, "options", definition.get("options") or {}, (dict,), "an object"),
+        _expect(key, "enabled", definition.get("enabled", True), (bool,), "true or false"),
+    )
+
+
+#: The tick sees the same definitions again and again; parsing one is most of the cost
+#: of planning it. Entries built from the cache share these objects, so only the
+#: scheduler (which never mutates them) uses it.
+parse_definition_cached = lru_cache(maxsize=16384)(parse_definition)
+
+
+def parse_meta(key: str, text: str | None) -> tuple[datetime | None, int]:
+    meta = _load_json(key, "meta", text) or {}
     if not isinstance(meta, dict):
         raise InvalidEntry(key, "meta must be a JSON object")
     last_run_at = meta.get("last_run_at")
@@ -297,8 +321,25 @@ def decode_entry(
         raise InvalidEntry(key, "meta 'last_run_at' must be a tagged datetime or null")
     count = meta.get("total_run_count") or 0
     _expect(key, "total_run_count", count, (int,), "an integer")
-    schedule.app = app
-    return cls(
-        name=name, task=task, schedule=schedule, args=args, kwargs=kwargs, options=options,
-        enabled=enabled, last_run_at=last_run_at, total_run_count=count, app=app,
+    return last_run_at, count
+
+
+def decode_entry(
+    cls: type[RedBeatSchedulerEntry], app: Celery, key: str, definition_text: str | None,
+    meta_text: str | None, cached: bool = False,
+) -> RedBeatSchedulerEntry:
+    config = ensure_conf(app)
+    parse = parse_definition_cached if cached else parse_definition
+    definition = parse(key, definition_text, config.key_prefix)
+    last_run_at, count = parse_meta(key, meta_text)
+    definition.schedule.app = app
+    # Built without __init__: the fields are validated already, and this runs for every
+    # due entry of every tick.
+    entry = cls.__new__(cls)
+    entry.__dict__.update(
+        app=app, config=config, name=definition.name, task=definition.task,
+        schedule=definition.schedule, args=definition.args, kwargs=definition.kwargs,
+        options=definition.options, enabled=definition.enabled, last_run_at=last_run_at,
+        total_run_count=count,
     )
+    return entry

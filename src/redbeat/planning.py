@@ -22,15 +22,12 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from celery import Celery
 
-from . import decoder
 from .entry import (
     InvalidEntry,
     RedBeatSchedulerEntry,
-    as_utc_zone,
     from_score,
     meta_json,
     to_score,
@@ -71,13 +68,13 @@ class Policy:
     history_length: int = 10
 
 
-def pending_message(claim: Claim, now: datetime, node: str) -> str:
-    """What a later tick (or the next leader) needs to publish the slot again."""
-    entry = claim.entry
-    return decoder.dumps({
-        "name": entry.name, "key": entry.key, "task": entry.task, "args": entry.args,
-        "kwargs": entry.kwargs, "options": entry.options, "due": as_utc_zone(claim.due),
-        "claimed_at": as_utc_zone(now), "node": node,
+def pending_message(row: Row, claim: Claim, now: datetime, node: str) -> str:
+    """What a later tick (or the next leader) needs to publish the slot again: the
+    definition as it was claimed (raw, so re-sending decodes it exactly as the first
+    send did) and the slot's due time."""
+    return json.dumps({
+        "key": row.key, "definition": row.definition, "due": claim.due.timestamp(),
+        "claimed_at": now.timestamp(), "node": node,
     })
 
 
@@ -116,7 +113,7 @@ def plan_row(
         plan.ops.append(Op("drop", row.key, value=reason, score=PARKED_SCORE))
         return
     try:
-        entry = entry_class.decode(app, row.key, row.definition, row.meta)
+        entry = entry_class.decode(app, row.key, row.definition, row.meta, cached=True)
     except InvalidEntry as exc:
         logger.error("beat: Quarantined %s: %s", row.key, exc.reason)
         reason = quarantine_reason(exc.reason, now, policy)
@@ -153,7 +150,7 @@ def plan_row(
         meta_json(slot, entry.total_run_count + 1),
         _history(row, claim, now, policy),
         task_id if policy.at_least_once else "",
-        pending_message(claim, now, policy.node) if policy.at_least_once else "",
+        pending_message(row, claim, now, policy.node) if policy.at_least_once else "",
     ))
     plan.claims.append(claim)
 
@@ -170,11 +167,8 @@ def plan_batch(
 
 def message_entry(
     app: Celery, message: str, entry_class: type[RedBeatSchedulerEntry] = RedBeatSchedulerEntry
-) -> tuple[RedBeatSchedulerEntry, Any]:
+) -> tuple[RedBeatSchedulerEntry, datetime]:
     """The entry to publish again from a pending message, and the slot's due time."""
-    fields = decoder.loads(message)
-    entry = entry_class(
-        name=fields["name"], task=fields["task"], args=fields.get("args"),
-        kwargs=fields.get("kwargs"), options=fields.get("options"), app=app,
-    )
-    return entry, fields.get("due")
+    fields = json.loads(message)
+    entry = entry_class.decode(app, fields["key"], fields["definition"], None)
+    return entry, from_score(fields["due"])

@@ -295,7 +295,7 @@ class RedBeatScheduler(Scheduler):
                 logger.warning("beat: Re-sending slot %s (claimed, publish not confirmed)",
                                task_id)
                 self.send_slot(entry, task_id)
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError) as exc:  # InvalidEntry is a ValueError
                 logger.error("beat: Dropping unreadable pending slot %s: %r", task_id, exc)
             except Exception as exc:
                 self._publish_failed(task_id, exc)
