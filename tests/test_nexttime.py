@@ -1,0 +1,84 @@
+"""Next-run arithmetic in tables (DST cases are in test_dst.py)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from celery import Celery
+from celery.schedules import crontab, schedule
+
+from redbeat.nexttime import first_due, latest_slot, next_after
+from redbeat.schedules import rrule
+
+UTC = timezone.utc
+APP = Celery("nexttime", set_as_current=False)
+APP.conf.timezone = "UTC"
+
+
+def utc(*fields: int) -> datetime:
+    return datetime(*fields, tzinfo=UTC)
+
+
+def cron(**fields: object) -> crontab:
+    return crontab(app=APP, **fields)
+
+
+@pytest.mark.parametrize(
+    ("schedule_", "after", "expected"),
+    [
+        (cron(minute="*/15"), utc(2026, 1, 1, 10, 7), utc(2026, 1, 1, 10, 15)),
+        (cron(minute="*/15"), utc(2026, 1, 1, 10, 15), utc(2026, 1, 1, 10, 30)),
+        (cron(minute=0, hour=0), utc(2026, 1, 31, 23, 59, 59), utc(2026, 2, 1)),
+        (cron(minute=0, hour=0, day_of_month=31), utc(2026, 2, 1), utc(2026, 3, 31)),
+        (cron(minute=0, hour=12, day_of_month=29, month_of_year=2), utc(2026, 1, 1),
+         utc(2028, 2, 29, 12)),
+        # Celery's rule: day of month AND weekday (Friday the 13th)
+        (cron(minute=0, hour=0, day_of_month=13, day_of_week="fri"), utc(2026, 1, 1),
+         utc(2026, 2, 13)),
+        (cron(minute=30, hour=4, day_of_month=1, month_of_year="*/3"), utc(2026, 11, 22),
+         utc(2027, 1, 1, 4, 30)),
+        (cron(minute=5, hour="*/2", day_of_week="mon-fri"), utc(2026, 11, 21, 12),  # Saturday
+         utc(2026, 11, 23, 0, 5)),
+        (schedule(timedelta(seconds=90)), utc(2026, 1, 1, 0, 0, 10), utc(2026, 1, 1, 0, 1, 40)),
+        (schedule(timedelta(hours=1), relative=True), utc(2026, 1, 1, 10, 17, 3),
+         utc(2026, 1, 1, 11)),
+        (rrule("DAILY", dtstart=utc(2026, 1, 1, 9), count=3), utc(2026, 1, 2, 9), utc(2026, 1, 3, 9)),
+        (rrule("DAILY", dtstart=utc(2026, 1, 1, 9), count=3), utc(2026, 1, 3, 9), None),
+        (rrule("HOURLY", dtstart=utc(2026, 1, 1), until=utc(2026, 1, 1, 5)), utc(2026, 1, 1, 4, 30),
+         utc(2026, 1, 1, 5)),
+        (rrule("MONTHLY", dtstart=utc(2026, 1, 31, 8), bymonthday=-1), utc(2026, 2, 1),
+         utc(2026, 2, 28, 8)),
+    ],
+)
+def test_next_after(schedule_, after, expected):
+    assert next_after(schedule_, after) == expected
+
+
+@pytest.mark.parametrize(
+    ("schedule_", "now", "expected"),
+    [
+        (schedule(timedelta(seconds=30)), utc(2026, 1, 1, 10, 7), utc(2026, 1, 1, 10, 7)),
+        (cron(minute=0, hour=3), utc(2026, 1, 1, 10, 7), utc(2026, 1, 2, 3)),
+        (cron(minute=7, hour=10), utc(2026, 1, 1, 10, 7), utc(2026, 1, 1, 10, 7)),  # inclusive
+        (rrule("DAILY", dtstart=utc(2026, 1, 1, 9)), utc(2026, 1, 5, 9), utc(2026, 1, 5, 9)),
+    ],
+)
+def test_first_due(schedule_, now, expected):
+    assert first_due(schedule_, now) == expected
+
+
+@pytest.mark.parametrize(
+    ("schedule_", "due", "now", "expected"),
+    [
+        (schedule(timedelta(minutes=1)), utc(2026, 1, 1), utc(2026, 1, 1, 5, 0, 30),
+         utc(2026, 1, 1, 5)),
+        (cron(), utc(2026, 1, 1), utc(2026, 1, 8, 5, 3, 30), utc(2026, 1, 8, 5, 3)),
+        (cron(minute=0, hour=3), utc(2026, 1, 1, 3), utc(2026, 3, 1, 2), utc(2026, 2, 28, 3)),
+        (rrule("DAILY", dtstart=utc(2025, 1, 1, 9)), utc(2025, 1, 1, 9), utc(2026, 6, 1, 12),
+         utc(2026, 6, 1, 9)),
+        (cron(minute=0, hour=3), utc(2026, 1, 1, 3), utc(2026, 1, 1, 3, 0, 5), utc(2026, 1, 1, 3)),
+    ],
+)
+def test_latest_slot_coalesces_to_the_last_missed_run(schedule_, due, now, expected):
+    assert latest_slot(schedule_, due, now) == expected
