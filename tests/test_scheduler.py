@@ -310,3 +310,15 @@ def test_lock_lost_while_publishing_stops_and_confirms_what_was_sent(redis_serve
     assert len(scheduler.sent) == 2 and not scheduler.leading
     pending = client.hkeys(app.redbeat_conf.keys.pending)
     assert len(pending) == 2 and not set(pending) & {tid for _, tid in scheduler.sent}
+
+
+def test_member_whose_key_is_not_a_hash_is_removed_and_others_run(app):
+    client = get_redis(app)
+    client.set("redbeat:stringy", "oops")
+    client.zadd(app.redbeat_conf.schedule_key, {"redbeat:stringy": 0})
+    RedBeatSchedulerEntry("fine", "tasks.x", 5.0, app=app).save()
+    scheduler = leader(app, Clock(T0 + 1e6))
+    scheduler.tick()
+    assert [name for name, _ in scheduler.sent] == ["fine"]
+    assert client.zscore(app.redbeat_conf.schedule_key, "redbeat:stringy") is None
+    assert client.get("redbeat:stringy") == "oops"  # not ours to delete

@@ -109,6 +109,8 @@ def plan_row(
     entry_class: type[RedBeatSchedulerEntry] = RedBeatSchedulerEntry,
 ) -> None:
     if row.definition is None and row.meta is None and row.history is None:
+        logger.warning("beat: %s is in the schedule but is not an entry hash; removing it",
+                       row.key)
         reason = quarantine_reason("the hash has no 'definition' field", now, policy)
         plan.ops.append(Op("drop", row.key, value=reason, score=PARKED_SCORE))
         return

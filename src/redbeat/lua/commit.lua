@@ -16,8 +16,9 @@
 --                pending[aux2] := aux3 (the message, until its publish is confirmed)
 --   'score'      set the score only (not due yet, disabled, finished)
 --   'quarantine' quarantine := value (the reason); score is the parked -1
---   'drop'       the hash is gone: remove the member; if the key exists after all
---                (a hash without a definition), quarantine it with reason = value
+--   'drop'       the hash is gone (or the key is not a hash): remove the member; if a
+--                hash exists after all (without a definition), quarantine it with
+--                reason = value
 -- Every kind but 'drop' also sets the score and, except 'quarantine', clears any
 -- earlier quarantine reason.
 --
@@ -36,7 +37,8 @@ for i = 3, #ARGV, 8 do
   local kind, key, fingerprint, score = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local value, aux1, aux2, aux3 = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
   if kind == 'drop' then
-    if redis.call('EXISTS', key) == 0 then
+    local kind_of_key = redis.call('TYPE', key).ok
+    if kind_of_key ~= 'hash' then
       redis.call('ZREM', KEYS[1], key)
     else
       redis.call('HSET', key, 'quarantine', value)

@@ -37,7 +37,10 @@ local due = redis.call('ZRANGEBYSCORE', KEYS[1], 0, ARGV[1], 'WITHSCORES', 'LIMI
 local rows = {}
 for i = 1, #due, 2 do
   local key = due[i]
-  local fields = redis.call('HMGET', key, 'definition', 'meta', 'history')
+  local fields = redis.pcall('HMGET', key, 'definition', 'meta', 'history')
+  if fields.err then
+    fields = {false, false, false}  -- not a hash: reported as gone, commit.lua drops it
+  end
   rows[#rows + 1] = key
   rows[#rows + 1] = due[i + 1]
   rows[#rows + 1] = fields[1]
