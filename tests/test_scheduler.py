@@ -322,3 +322,49 @@ def test_member_whose_key_is_not_a_hash_is_removed_and_others_run(app):
     assert [name for name, _ in scheduler.sent] == ["fine"]
     assert client.zscore(app.redbeat_conf.schedule_key, "redbeat:stringy") is None
     assert client.get("redbeat:stringy") == "oops"  # not ours to delete
+
+
+def broker_task_ids(broker) -> list[str]:
+    """Task ids of the messages waiting in a Redis broker's default queue."""
+    return [json.loads(raw)["headers"]["id"] for raw in broker.client().lrange("celery", 0, -1)]
+
+
+def test_broker_outage_keeps_the_slot_pending_and_resends_it_with_the_same_id(redis_server):
+    """Real Celery publishing to a real Redis broker that goes away and comes back."""
+    from support.redis_server import RedisServer
+
+    with RedisServer() as broker:
+        app = make_app(redis_server.url, broker_url=broker.url, task_publish_retry=False,
+                       broker_connection_timeout=1)
+        RedBeatSchedulerEntry("job", "tasks.job", 3600.0, app=app).save()
+        RedBeatSchedulerEntry("next", "tasks.next", 3600.0, app=app).save()
+        scheduler = RedBeatScheduler(app)
+        scheduler.producer  # connect while the broker is up, as a running beat has
+        broker.stop()
+        scheduler.tick()
+        scheduler.tick()
+        pending = get_redis(app).hkeys(app.redbeat_conf.keys.pending)
+        assert len(pending) == 2
+        broker.start()
+        scheduler.tick()
+        assert sorted(broker_task_ids(broker)) == sorted(pending)
+        assert get_redis(app).hlen(app.redbeat_conf.keys.pending) == 0
+        scheduler.close()
+
+
+def test_a_message_celery_refuses_is_dropped_and_does_not_block_others(redis_server, caplog):
+    from support.redis_server import RedisServer
+
+    with RedisServer() as broker:
+        app = make_app(redis_server.url, broker_url=broker.url)
+        RedBeatSchedulerEntry("bad", "tasks.bad", 3600.0, options={"serializer": "nope"},
+                              app=app).save()
+        RedBeatSchedulerEntry("good", "tasks.good", 3600.0, app=app).save()
+        scheduler = RedBeatScheduler(app)
+        scheduler.tick()
+        scheduler.tick()
+        ids = broker_task_ids(broker)
+        assert [task_id.split(":")[0] for task_id in ids] == ["good"]
+        assert "cannot be published" in caplog.text
+        assert get_redis(app).hlen(app.redbeat_conf.keys.pending) == 0
+        scheduler.close()

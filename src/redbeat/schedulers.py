@@ -26,6 +26,8 @@ import redis.exceptions
 from celery import Celery
 from celery.beat import Scheduler
 from celery.utils.time import humanize_seconds
+from kombu.exceptions import OperationalError
+from kombu.utils.objects import cached_property
 
 from . import decoder
 from .connection import get_redis, redact
@@ -45,6 +47,8 @@ from .settings import AT_LEAST_ONCE, RedBeatConfig, ensure_conf
 from .store import Fetch, LockLost, StaticWrite
 
 logger = logging.getLogger("celery.beat")
+
+SENT, BROKER_DOWN = object(), object()
 
 EVICTING_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
 
@@ -279,37 +283,48 @@ class RedBeatScheduler(Scheduler):
                 if not self.store.extend_lock(self.token, self._lock_ms):
                     return sent, True
                 extended_at = time.monotonic()
-            try:
-                self.send_slot(claim.entry, claim.task_id)
-            except Exception as exc:
-                self._publish_failed(claim.task_id, exc)
+            if self._try_send(claim.entry, claim.task_id) is BROKER_DOWN:
                 break
             sent.append(claim.task_id)
         return sent, False
 
     def _publish_pending(self, pending: dict[str, str]) -> list[str]:
-        sent = []
+        done = []
         for task_id, message in pending.items():
             try:
-                entry, due = message_entry(self.app, message, self.Entry)
-                logger.warning("beat: Re-sending slot %s (claimed, publish not confirmed)",
-                               task_id)
-                self.send_slot(entry, task_id)
+                entry, _ = message_entry(self.app, message, self.Entry)
             except (ValueError, KeyError, TypeError) as exc:  # InvalidEntry is a ValueError
                 logger.error("beat: Dropping unreadable pending slot %s: %r", task_id, exc)
-            except Exception as exc:
-                self._publish_failed(task_id, exc)
+                done.append(task_id)
+                continue
+            logger.warning("beat: Re-sending slot %s (claimed, publish not confirmed)", task_id)
+            if self._try_send(entry, task_id) is BROKER_DOWN:
                 break
-            sent.append(task_id)
-        return sent
+            done.append(task_id)
+        return done
 
-    def _publish_failed(self, task_id: str, exc: Exception) -> None:
-        if self.config.delivery == AT_LEAST_ONCE:
-            logger.error("beat: Publishing %s failed (%s); it stays pending and is retried",
-                         task_id, exc)
-        else:
-            logger.error("beat: Publishing %s failed (%s); at-most-once: this run is lost",
-                         task_id, exc)
+    @cached_property
+    def _broker_errors(self) -> tuple[type[BaseException], ...]:
+        return (OperationalError, OSError, *self.connection.connection_errors)
+
+    def _try_send(self, entry: RedBeatSchedulerEntry, task_id: str) -> object:
+        """Publish one slot. A broker that cannot be reached stops this round (the slot
+        stays pending and is retried); a message the broker or Celery refuses for what
+        it is (bad options, unserialisable arguments) would fail forever and block the
+        slots behind it, so it is logged and dropped."""
+        try:
+            self.send_slot(entry, task_id)
+        except Exception as exc:
+            cause = exc.__context__ or exc  # Celery wraps the error in SchedulingError
+            if isinstance(cause, self._broker_errors):
+                lost = self.config.delivery != AT_LEAST_ONCE
+                logger.error("beat: Publishing %s failed, broker unavailable (%s); %s",
+                             task_id, cause, "at-most-once: this run is lost" if lost
+                             else "it stays pending and is retried")
+                return BROKER_DOWN
+            logger.error("beat: Slot %s of %s cannot be published (%r); dropped",
+                         task_id, entry.name, cause)
+        return SENT
 
     # -- shutdown and introspection ------------------------------------------------------
 
