@@ -339,7 +339,7 @@ def test_broker_outage_keeps_the_slot_pending_and_resends_it_with_the_same_id(re
         RedBeatSchedulerEntry("job", "tasks.job", 3600.0, app=app).save()
         RedBeatSchedulerEntry("next", "tasks.next", 3600.0, app=app).save()
         scheduler = RedBeatScheduler(app)
-        scheduler.producer  # connect while the broker is up, as a running beat has
+        assert scheduler.producer is not None  # connected while the broker is up, as in beat
         broker.stop()
         scheduler.tick()
         scheduler.tick()
