@@ -10,6 +10,7 @@ from celery.schedules import crontab
 
 from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
+from redbeat.entry import meta_json
 from redbeat.schedulers import get_redis
 from support.counting import counting_client
 
@@ -368,3 +369,20 @@ def test_a_message_celery_refuses_is_dropped_and_does_not_block_others(redis_ser
         assert "cannot be published" in caplog.text
         assert get_redis(app).hlen(app.redbeat_conf.keys.pending) == 0
         scheduler.close()
+
+
+def test_an_entry_whose_next_run_cannot_be_computed_is_quarantined(app):
+    """A last run near the end of time overflows the date arithmetic."""
+    client = get_redis(app)
+    doomsday = RedBeatSchedulerEntry("doomsday", "tasks.x", 10**9, app=app)
+    client.hset(doomsday.key, mapping={
+        "definition": doomsday.definition_json(),
+        "meta": meta_json(datetime(9999, 12, 1, tzinfo=timezone.utc)),
+    })
+    client.zadd(app.redbeat_conf.schedule_key, {doomsday.key: 0})
+    RedBeatSchedulerEntry("fine", "tasks.x", 5.0, app=app).save()
+    scheduler = leader(app, Clock(T0 + 1e6))
+    scheduler.tick()
+    assert [name for name, _ in scheduler.sent] == ["fine"]
+    reason = json.loads(client.hget("redbeat:doomsday", "quarantine"))["reason"]
+    assert "OverflowError" in reason

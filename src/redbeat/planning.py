@@ -124,14 +124,8 @@ def plan_row(
     if not entry.enabled:
         plan.ops.append(Op("score", row.key, row.fingerprint, PARKED_SCORE))
         return
-    try:
-        due = (next_after(entry.schedule, entry.last_run_at) if entry.last_run_at
-               else first_due_time(entry, row, now))
-    except Exception as exc:  # a schedule that cannot compute its next run is poison too
-        logger.error("beat: Quarantined %s: next run failed: %r", row.key, exc)
-        reason = quarantine_reason(f"next run time failed: {exc!r}", now, policy)
-        plan.ops.append(Op("quarantine", row.key, row.fingerprint, PARKED_SCORE, reason))
-        return
+    due = (next_after(entry.schedule, entry.last_run_at) if entry.last_run_at
+           else first_due_time(entry, row, now))
     if due is None:
         logger.info("beat: %s has no more runs; parked", entry.name)
         plan.ops.append(Op("score", row.key, row.fingerprint, PARKED_SCORE))
@@ -163,7 +157,13 @@ def plan_batch(
 ) -> Plan:
     plan = Plan()
     for row in rows:
-        plan_row(app, row, now, policy, plan, entry_class)
+        try:
+            plan_row(app, row, now, policy, plan, entry_class)
+        except Exception as exc:
+            # Whatever an entry holds, it must not stop the others: quarantine it.
+            logger.exception("beat: Quarantined %s: planning it failed", row.key)
+            reason = quarantine_reason(f"planning failed: {exc!r}", now, policy)
+            plan.ops.append(Op("quarantine", row.key, row.fingerprint, PARKED_SCORE, reason))
     return plan
 
 
