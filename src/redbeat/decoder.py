@@ -51,12 +51,17 @@ def codec_for(value: Any) -> TypeCodec | None:
     return None
 
 
+def tagged(value: Any) -> dict[str, Any]:
+    """``value`` as its tagged JSON object; TypeError for a type nobody registered."""
+    codec = codec_for(value)
+    if codec is None:
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+    return {"__type__": codec.name, **codec.encode(value)}
+
+
 class RedBeatJSONEncoder(json.JSONEncoder):
     def default(self, o: Any) -> Any:
-        codec = codec_for(o)
-        if codec is None:
-            return super().default(o)
-        return {"__type__": codec.name, **codec.encode(o)}
+        return tagged(o)
 
 
 class RedBeatJSONDecoder(json.JSONDecoder):
@@ -114,11 +119,15 @@ def zone_to_json(moment: datetime) -> Any:
 
 
 def encode_datetime(moment: datetime) -> dict[str, Any]:
-    return {
+    fields = {
         "year": moment.year, "month": moment.month, "day": moment.day,
         "hour": moment.hour, "minute": moment.minute, "second": moment.second,
         "microsecond": moment.microsecond, "timezone": zone_to_json(moment),
     }
+    if moment.fold:
+        # the second 01:30 of a fall-back night; 2.4.2 passes the key to datetime() too
+        fields["fold"] = 1
+    return fields
 
 
 def decode_datetime(fields: dict[str, Any]) -> datetime:

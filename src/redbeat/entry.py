@@ -12,6 +12,7 @@ import json
 import math
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -76,12 +77,13 @@ def as_utc_zone(moment: datetime) -> datetime:
 
 
 def meta_json(last_run_at: datetime | None, total_run_count: int | None = None) -> str:
+    # Tagged by hand and dumped by the C encoder: this runs once per dispatch.
     meta: dict[str, Any] = {
-        "last_run_at": None if last_run_at is None else as_utc_zone(last_run_at)
+        "last_run_at": None if last_run_at is None else decoder.tagged(as_utc_zone(last_run_at))
     }
     if total_run_count is not None:
         meta["total_run_count"] = total_run_count
-    return decoder.dumps(meta)
+    return json.dumps(meta)
 
 
 def changed_json(by: str) -> str:
@@ -244,12 +246,17 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         return f"<RedBeatSchedulerEntry: {self.name} {self.task} {self.schedule!r}>"
 
 
-def _load_json(key: str, field: str, text: str | None) -> Any:
+DECODE_ERRORS = (ValueError, TypeError, KeyError, OverflowError, ParseException)
+
+
+def _load_json(
+    key: str, field: str, text: str | None, load: Callable[[str], Any] = decoder.loads
+) -> Any:
     if text is None:
         return None
     try:
-        return decoder.loads(text)
-    except (ValueError, TypeError, KeyError, OverflowError, ParseException) as exc:
+        return load(text)
+    except DECODE_ERRORS as exc:
         # ValueError covers malformed JSON and bad values inside tagged types
         raise InvalidEntry(key, f"{field}: {type(exc).__name__}: {exc}") from exc
 
@@ -313,10 +320,16 @@ parse_definition_cached = lru_cache(maxsize=16384)(parse_definition)
 
 
 def parse_meta(key: str, text: str | None) -> tuple[datetime | None, int]:
-    meta = _load_json(key, "meta", text) or {}
+    # Plain JSON, then the one tagged value meta holds: this runs once per due entry.
+    meta = _load_json(key, "meta", text, json.loads) or {}
     if not isinstance(meta, dict):
         raise InvalidEntry(key, "meta must be a JSON object")
     last_run_at = meta.get("last_run_at")
+    if isinstance(last_run_at, dict):
+        try:
+            last_run_at = decoder.decode_tagged(last_run_at)
+        except DECODE_ERRORS as exc:
+            raise InvalidEntry(key, f"meta: {type(exc).__name__}: {exc}") from exc
     if last_run_at is not None and not isinstance(last_run_at, datetime):
         raise InvalidEntry(key, "meta 'last_run_at' must be a tagged datetime or null")
     count = meta.get("total_run_count") or 0

@@ -78,18 +78,28 @@ def pending_message(row: Row, claim: Claim, now: datetime, node: str) -> str:
     })
 
 
+#: Every history record is written by us with this first key; inside a JSON string a
+#: quote is escaped, so the number of occurrences is the number of records.
+RECORD_START = '{"task_id":'
+
+
 def _history(row: Row, claim: Claim, now: datetime, policy: Policy) -> str:
+    """The entry's history with this dispatch in front, newest first, bounded."""
     if policy.history_length <= 0:
         return ""
+    record = json.dumps({"task_id": claim.task_id, "due": claim.due.isoformat(),
+                         "claimed_at": now.isoformat(), "node": policy.node})
+    text = row.history or ""
+    if text.startswith("[" + RECORD_START) and text.count(RECORD_START) < policy.history_length:
+        return "[" + record + ", " + text[1:]  # prepend without re-parsing
     try:
-        previous = json.loads(row.history) if row.history else []
+        previous = json.loads(text) if text else []
     except ValueError:
         previous = []  # history is ours and advisory: a corrupt one is replaced
     if not isinstance(previous, list):
         previous = []
-    record = {"task_id": claim.task_id, "due": claim.due.isoformat(),
-              "claimed_at": now.isoformat(), "node": policy.node}
-    return json.dumps([record, *previous][: policy.history_length])
+    kept = [json.dumps(item) for item in previous[: policy.history_length - 1]]
+    return "[" + ", ".join([record, *kept]) + "]"
 
 
 def quarantine_reason(reason: str, now: datetime, policy: Policy) -> str:
