@@ -386,3 +386,18 @@ def test_an_entry_whose_next_run_cannot_be_computed_is_quarantined(app):
     assert [name for name, _ in scheduler.sent] == ["fine"]
     reason = json.loads(client.hget("redbeat:doomsday", "quarantine"))["reason"]
     assert "OverflowError" in reason
+
+
+def test_corrupt_bytes_in_a_key_and_a_definition_are_quarantined(app, redis_server):
+    raw = redis_server.client(decode_responses=False)
+    raw.hset(b"redbeat:bad\xff", b"definition", b'{"name": "bad\xff", "task": "t"}')
+    raw.zadd(b"redbeat::schedule", {b"redbeat:bad\xff": 0})
+    raw.hset(b"redbeat:junk", b"definition", b"\xfe\xff{")
+    raw.zadd(b"redbeat::schedule", {b"redbeat:junk": 0})
+    RedBeatSchedulerEntry("fine", "tasks.x", 5.0, app=app).save()
+    scheduler = leader(app, Clock(T0 + 1e6))
+    scheduler.tick()
+    assert [name for name, _ in scheduler.sent] == ["fine"]
+    assert raw.zscore(b"redbeat::schedule", b"redbeat:bad\xff") == -1
+    assert raw.hexists(b"redbeat:bad\xff", b"quarantine")
+    assert raw.zscore(b"redbeat::schedule", b"redbeat:junk") == -1

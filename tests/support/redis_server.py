@@ -98,7 +98,8 @@ class RedisServer:
         raise TimeoutError(f"redis-server on port {self.port} not ready after {timeout}s")
 
     def client(self, **kwargs: object) -> redis.Redis:
-        return redis.Redis(port=self.port, decode_responses=True, socket_timeout=5, **kwargs)
+        options: dict[str, object] = {"decode_responses": True, "socket_timeout": 5, **kwargs}
+        return redis.Redis(port=self.port, **options)  # type: ignore[arg-type]
 
     def stop(self) -> None:
         """Terminate (SIGTERM) and wait, so an append-only file is complete for a restart."""
