@@ -39,6 +39,12 @@ from .store import Op, Row
 logger = logging.getLogger("celery.beat")
 
 
+def printable(text: str) -> str:
+    """Text safe to log: bytes that were not UTF-8 (kept as surrogates) shown escaped,
+    so a corrupt key cannot break a log handler that writes UTF-8."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def slot_task_id(name: str, due: datetime) -> str:
     return f"{name}:{round(due.timestamp() * 1000)}"
 
@@ -120,14 +126,14 @@ def plan_row(
 ) -> None:
     if row.definition is None and row.meta is None and row.history is None:
         logger.warning("beat: %s is in the schedule but is not an entry hash; removing it",
-                       row.key)
+                       printable(row.key))
         reason = quarantine_reason("the hash has no 'definition' field", now, policy)
         plan.ops.append(Op("drop", row.key, value=reason, score=PARKED_SCORE))
         return
     try:
         entry = entry_class.decode(app, row.key, row.definition, row.meta, cached=True)
     except InvalidEntry as exc:
-        logger.error("beat: Quarantined %s: %s", row.key, exc.reason)
+        logger.error("beat: Quarantined %s: %s", printable(row.key), printable(exc.reason))
         reason = quarantine_reason(exc.reason, now, policy)
         plan.ops.append(Op("quarantine", row.key, row.fingerprint, PARKED_SCORE, reason))
         return
@@ -171,7 +177,7 @@ def plan_batch(
             plan_row(app, row, now, policy, plan, entry_class)
         except Exception as exc:
             # Whatever an entry holds, it must not stop the others: quarantine it.
-            logger.exception("beat: Quarantined %s: planning it failed", row.key)
+            logger.exception("beat: Quarantined %s: planning it failed", printable(row.key))
             reason = quarantine_reason(f"planning failed: {exc!r}", now, policy)
             plan.ops.append(Op("quarantine", row.key, row.fingerprint, PARKED_SCORE, reason))
     return plan

@@ -32,44 +32,59 @@ if token ~= '' then
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
 
+-- Scores and pending slots are collected and written with one ZADD and one HSET (in
+-- chunks, to stay below Lua's unpack limit): per-entry calls are most of this script's
+-- cost when a thousand entries are due at once.
+local scores, pending = {}, {}
+local function flush(command, key, args)
+  for first = 1, #args, 2000 do
+    redis.call(command, key, unpack(args, first, math.min(first + 1999, #args)))
+  end
+end
+
 local applied = 0
 for i = 3, #ARGV, 8 do
   local kind, key, fingerprint, score = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local value, aux1, aux2, aux3 = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
   if kind == 'drop' then
-    local kind_of_key = redis.call('TYPE', key).ok
-    if kind_of_key ~= 'hash' then
+    if redis.call('TYPE', key).ok ~= 'hash' then
       redis.call('ZREM', KEYS[1], key)
     else
       redis.call('HSET', key, 'quarantine', value)
-      redis.call('ZADD', KEYS[1], score, key)
+      scores[#scores + 1] = score
+      scores[#scores + 1] = key
     end
     applied = applied + 1
   else
-    local current = redis.call('HMGET', key, 'definition', 'meta')
-    if current[1] and redis.sha1hex(current[1] .. '\n' .. (current[2] or '')) == fingerprint then
-      if kind == 'claim' then
-        redis.call('HSET', key, 'meta', value)
-        if aux1 ~= '' then
-          redis.call('HSET', key, 'history', aux1)
-        end
-        if aux2 ~= '' then
-          redis.call('HSET', KEYS[3], aux2, aux3)
-        end
-        redis.call('HDEL', key, 'quarantine')
-      elseif kind == 'quarantine' then
+    local current = redis.call('HMGET', key, 'definition', 'meta', 'quarantine')
+    local unchanged = current[1] and
+      redis.sha1hex(current[1] .. '\n' .. (current[2] or '')) == fingerprint
+    if unchanged or (not current[1] and kind == 'quarantine') then
+      -- (a hash without a definition cannot be fingerprinted: park it with its reason)
+      if kind == 'quarantine' then
         redis.call('HSET', key, 'quarantine', value)
       else
-        redis.call('HDEL', key, 'quarantine')
+        if kind == 'claim' then
+          if aux1 ~= '' then
+            redis.call('HSET', key, 'meta', value, 'history', aux1)
+          else
+            redis.call('HSET', key, 'meta', value)
+          end
+          if aux2 ~= '' then
+            pending[#pending + 1] = aux2
+            pending[#pending + 1] = aux3
+          end
+        end
+        if current[3] then
+          redis.call('HDEL', key, 'quarantine')
+        end
       end
-      redis.call('ZADD', KEYS[1], score, key)
-      applied = applied + 1
-    elseif not current[1] and kind == 'quarantine' then
-      -- a hash without a definition cannot be fingerprinted; park it with its reason
-      redis.call('HSET', key, 'quarantine', value)
-      redis.call('ZADD', KEYS[1], score, key)
+      scores[#scores + 1] = score
+      scores[#scores + 1] = key
       applied = applied + 1
     end
   end
 end
+flush('ZADD', KEYS[1], scores)
+flush('HSET', KEYS[3], pending)
 return {'ok', applied}
