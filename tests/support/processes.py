@@ -1,0 +1,170 @@
+"""Real ``celery beat`` and ``celery worker`` processes for end-to-end tests.
+
+Each test gets a small Celery project written into a temp dir (``beatapp.py``): its
+settings come from a JSON environment variable, and its one task records every
+execution (task id, tag, time) in a Redis list, so tests count what really ran. Sends
+can also be counted without a worker, from the messages waiting in the Redis broker.
+Processes are stopped by their own pid, never by name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+EXECUTIONS = "e2e:executions"
+
+APP_SOURCE = '''
+import json, os, time
+import redis
+from celery import Celery
+
+conf = json.loads(os.environ["BEATAPP_CONF"])
+app = Celery("beatapp")
+app.conf.update(conf)
+_results = redis.Redis.from_url(os.environ["BEATAPP_RESULTS_URL"])
+
+
+@app.task(bind=True)
+def record(self, tag="", *args, **kwargs):
+    _results.rpush("%s", json.dumps({"id": self.request.id, "tag": tag, "at": time.time()}))
+''' % EXECUTIONS
+
+
+def write_app(directory: Path) -> Path:
+    path = directory / "beatapp.py"
+    path.write_text(APP_SOURCE)
+    return path
+
+
+class CeleryProcess:
+    """One celery process (beat or worker) with its log in a file."""
+
+    def __init__(self, directory: Path, name: str, args: list[str], conf: dict[str, Any],
+                 results_url: str) -> None:
+        self.name = name
+        self.log_path = directory / f"{name}.log"
+        env = dict(os.environ)
+        env.update({
+            "PYTHONPATH": os.pathsep.join([str(directory), env.get("PYTHONPATH", "")]),
+            "BEATAPP_CONF": json.dumps(conf),
+            "BEATAPP_RESULTS_URL": results_url,
+            "PYTHONUNBUFFERED": "1",
+        })
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "beatapp", *args],
+                cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT,
+            )
+        self.paused = False
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for(self, text: str, timeout: float = 20.0, count: int = 1) -> float:
+        """Wait until ``text`` appears ``count`` times in the log; returns when it did."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.log().count(text) >= count:
+                return time.monotonic()
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"{self.name}: {text!r} not seen x{count}\n--- log ---\n{self.log()}")
+
+    def signal(self, signum: int) -> None:
+        if self.process.poll() is None:
+            os.kill(self.pid, signum)
+
+    def freeze(self) -> None:
+        self.signal(signal.SIGSTOP)
+        self.paused = True
+
+    def thaw(self) -> None:
+        self.signal(signal.SIGCONT)
+        self.paused = False
+
+    def terminate(self, timeout: float = 15.0) -> int:
+        if self.paused:
+            self.thaw()
+        self.signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return self.kill()
+
+    def kill(self) -> int:
+        self.signal(signal.SIGKILL)
+        return self.process.wait(10)
+
+
+class Cluster:
+    """The beat and worker processes of one test, all stopped at the end."""
+
+    def __init__(self, directory: Path, redis_url: str, broker_url: str,
+                 **settings: Any) -> None:
+        self.directory = directory
+        write_app(directory)
+        self.redis_url = redis_url
+        self.broker_url = broker_url
+        self.conf = {
+            "broker_url": broker_url,
+            "redbeat_redis_url": redis_url,
+            "timezone": "UTC",
+            "beat_max_loop_interval": 5,
+            "worker_hijack_root_logger": False,
+            **settings,
+        }
+        self.processes: list[CeleryProcess] = []
+
+    def beat(self, name: str, **settings: Any) -> CeleryProcess:
+        args = ["beat", "-S", "redbeat.RedBeatScheduler", "-l", "info",
+                "-s", str(self.directory / f"{name}-schedule")]
+        return self._start(name, args, settings)
+
+    def worker(self, name: str = "worker", **settings: Any) -> CeleryProcess:
+        args = ["worker", "-P", "solo", "-l", "info", "-n", f"{name}@%h",
+                "--without-heartbeat", "--without-gossip", "--without-mingle"]
+        return self._start(name, args, settings)
+
+    def _start(self, name: str, args: list[str], settings: dict[str, Any]) -> CeleryProcess:
+        process = CeleryProcess(self.directory, name, args, {**self.conf, **settings},
+                                self.redis_url)
+        self.processes.append(process)
+        return process
+
+    def executions(self) -> list[dict[str, Any]]:
+        client = redis.Redis.from_url(self.redis_url)
+        return [json.loads(raw) for raw in client.lrange(EXECUTIONS, 0, -1)]
+
+    def queued_task_ids(self, queue: str = "celery") -> list[str]:
+        """Ids of the messages waiting in the Redis broker (sent, not yet consumed)."""
+        client = redis.Redis.from_url(self.broker_url)
+        return [json.loads(raw)["headers"]["id"] for raw in client.lrange(queue, 0, -1)]
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.process.poll() is None:
+                process.terminate()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
