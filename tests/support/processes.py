@@ -23,7 +23,7 @@ import redis
 
 EXECUTIONS = "e2e:executions"
 
-APP_SOURCE = '''
+APP_SOURCE = f'''
 import json, os, time
 import redis
 from celery import Celery
@@ -36,8 +36,9 @@ _results = redis.Redis.from_url(os.environ["BEATAPP_RESULTS_URL"])
 
 @app.task(bind=True)
 def record(self, tag="", *args, **kwargs):
-    _results.rpush("%s", json.dumps({"id": self.request.id, "tag": tag, "at": time.time()}))
-''' % EXECUTIONS
+    run = {{"id": self.request.id, "tag": tag, "at": time.time()}}
+    _results.rpush("{EXECUTIONS}", json.dumps(run))
+'''
 
 
 def write_app(directory: Path) -> Path:
