@@ -1,0 +1,110 @@
+"""Hot standbys with real `celery beat` processes: one leader, fast takeover, and no
+slot ever sent under two task ids. Sends are counted from the Redis broker's queue."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+from conftest import make_app
+from support.processes import Cluster, wait_until
+
+from redbeat import RedBeatSchedulerEntry
+
+pytestmark = pytest.mark.e2e
+
+LOCK_TIMEOUT = 3
+
+
+@pytest.fixture
+def cluster(tmp_path, redis_server):
+    running = Cluster(tmp_path, redis_server.url, redis_server.url[:-1] + "1",
+                      redbeat_lock_timeout=LOCK_TIMEOUT)
+    RedBeatSchedulerEntry("every-second", "beatapp.record", 1.0, args=["tick"],
+                          app=make_app(redis_server.url)).save()
+    yield running
+    running.stop()
+
+
+def start_nodes(cluster, count):
+    nodes = [cluster.beat(f"beat{i}") for i in range(count)]
+    wait_until(lambda: sum("Leading as" in n.log() for n in nodes) == 1, 20, "one leader")
+    leader = next(n for n in nodes if "Leading as" in n.log())
+    others = [n for n in nodes if n is not leader]
+    for node in others:
+        node.wait_for("Standing by")
+    return leader, others
+
+
+def slots(cluster) -> list[int]:
+    """Due times (ms) of the every-second slots sent so far, one per distinct id."""
+    ids = cluster.queued_task_ids()
+    assert all(i.startswith("every-second:") for i in ids), ids
+    counts = Counter(ids)
+    return sorted(int(i.split(":")[1]) for i in counts)
+
+
+def new_leader(others, since_count=1):
+    return next((n for n in others if n.log().count("Leading as") >= since_count), None)
+
+
+def assert_no_gaps_beyond(slot_times, window_ms):
+    gaps = [b - a for a, b in zip(slot_times, slot_times[1:], strict=False)]
+    assert all(gap % 1000 == 0 for gap in gaps), gaps  # every id names a real slot
+    assert max(gaps, default=1000) <= window_ms, gaps
+
+
+def test_only_the_leader_dispatches(cluster):
+    leader, others = start_nodes(cluster, 3)
+    leader.wait_for("Sending due task every-second", count=3)
+    for node in others:
+        assert "Sending due task" not in node.log()
+    assert len(cluster.queued_task_ids()) == len(set(cluster.queued_task_ids()))
+
+
+def test_sigterm_hands_over_within_about_a_second(cluster):
+    leader, others = start_nodes(cluster, 2)
+    leader.wait_for("Sending due task every-second", count=2)
+    stopped_at = time.monotonic()
+    assert leader.terminate() == 0
+    wait_until(lambda: new_leader(others) is not None, 5, "a new leader")
+    took = time.monotonic() - stopped_at
+    print(f"takeover after SIGTERM: {took:.2f}s")
+    assert took < 2.5
+    successor = new_leader(others)
+    successor.wait_for("Sending due task every-second", count=2)
+    assert_no_gaps_beyond(slots(cluster), 3000)
+
+
+def test_sigkill_is_replaced_within_the_lock_timeout(cluster):
+    leader, others = start_nodes(cluster, 2)
+    leader.wait_for("Sending due task every-second", count=2)
+    killed_at = time.monotonic()
+    leader.kill()
+    wait_until(lambda: new_leader(others) is not None, LOCK_TIMEOUT + 5, "a new leader")
+    took = time.monotonic() - killed_at
+    print(f"takeover after SIGKILL: {took:.2f}s (lock timeout {LOCK_TIMEOUT}s)")
+    assert took < LOCK_TIMEOUT + 2
+    new_leader(others).wait_for("Sending due task every-second", count=2)
+    times = slots(cluster)
+    assert len(times) == len(set(times))
+    # the slots missed during the takeover are coalesced into one catch-up run
+    assert_no_gaps_beyond(times, (LOCK_TIMEOUT + 3) * 1000)
+
+
+def test_frozen_leader_sends_nothing_when_it_wakes(cluster):
+    leader, others = start_nodes(cluster, 2)
+    leader.wait_for("Sending due task every-second", count=2)
+    leader.freeze()
+    wait_until(lambda: new_leader(others) is not None, LOCK_TIMEOUT + 5, "a new leader")
+    successor = new_leader(others)
+    successor.wait_for("Sending due task every-second", count=2)
+    sent_before_thaw = leader.log().count("Sending due task")
+    leader.thaw()
+    leader.wait_for("Lost the lock")
+    time.sleep(2)
+    assert leader.log().count("Sending due task") == sent_before_thaw
+    assert leader.process.poll() is None  # it stands by, it does not die
+    ids = cluster.queued_task_ids()
+    assert len(ids) == len(set(ids))  # no slot sent twice
