@@ -74,13 +74,15 @@ class Policy:
     history_length: int = 10
 
 
-def pending_message(row: Row, claim: Claim, now: datetime, node: str) -> str:
+def pending_message(row: Row, claim: Claim, now: datetime, node: str,
+                    reason: str = "scheduled") -> str:
     """What a later tick (or the next leader) needs to publish the slot again: the
     definition as it was claimed (raw, so re-sending decodes it exactly as the first
-    send did) and the slot's due time."""
+    send did) and the slot's due time. ``reason`` is "scheduled", or "run-now" for a
+    run an operator asked for (the leader publishes pending messages on its next tick)."""
     return json.dumps({
         "key": row.key, "definition": row.definition, "due": claim.due.timestamp(),
-        "claimed_at": now.timestamp(), "node": node,
+        "claimed_at": now.timestamp(), "node": node, "reason": reason,
     })
 
 
@@ -183,10 +185,17 @@ def plan_batch(
     return plan
 
 
-def message_entry(
+@dataclass(frozen=True)
+class PendingMessage:
+    entry: RedBeatSchedulerEntry
+    due: datetime
+    reason: str
+
+
+def read_pending(
     app: Celery, message: str, entry_class: type[RedBeatSchedulerEntry] = RedBeatSchedulerEntry
-) -> tuple[RedBeatSchedulerEntry, datetime]:
-    """The entry to publish again from a pending message, and the slot's due time."""
+) -> PendingMessage:
+    """The entry to publish from a pending message, the slot's due time and why."""
     fields = json.loads(message)
     entry = entry_class.decode(app, fields["key"], fields["definition"], None)
-    return entry, from_score(fields["due"])
+    return PendingMessage(entry, from_score(fields["due"]), fields.get("reason", "scheduled"))

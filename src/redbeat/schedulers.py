@@ -42,7 +42,7 @@ from .entry import (
 )
 from .lock import Holder, new_token
 from .nexttime import first_due, next_after
-from .planning import Claim, Policy, message_entry, plan_batch
+from .planning import Claim, Policy, plan_batch, read_pending
 from .settings import AT_LEAST_ONCE, RedBeatConfig, ensure_conf
 from .store import Fetch, LockLost, StaticWrite
 
@@ -292,13 +292,17 @@ class RedBeatScheduler(Scheduler):
         done = []
         for task_id, message in pending.items():
             try:
-                entry, _ = message_entry(self.app, message, self.Entry)
+                pending_message = read_pending(self.app, message, self.Entry)
             except (ValueError, KeyError, TypeError) as exc:  # InvalidEntry is a ValueError
                 logger.error("beat: Dropping unreadable pending slot %s: %r", task_id, exc)
                 done.append(task_id)
                 continue
-            logger.warning("beat: Re-sending slot %s (claimed, publish not confirmed)", task_id)
-            if self._try_send(entry, task_id) is BROKER_DOWN:
+            if pending_message.reason == "run-now":
+                logger.info("beat: Sending %s now, as asked (%s)", task_id, pending_message.reason)
+            else:
+                logger.warning("beat: Re-sending slot %s (claimed, publish not confirmed)",
+                               task_id)
+            if self._try_send(pending_message.entry, task_id) is BROKER_DOWN:
                 break
             done.append(task_id)
         return done
