@@ -1,35 +1,256 @@
 """Reading and changing entries from Python: what operators and the CLI use.
 
-Nothing here runs in the tick; these helpers favour clarity over round trips, except
-where a listing could be large (they page through the schedule in pipelines).
+Nothing here runs in the tick. Listings page through the schedule in pipelines, so
+listing a million entries never asks Redis for everything at once. Changes go through
+``RedBeatSchedulerEntry.save()`` (which records who changed the entry) or through the
+pending hash (run-now), so the leader applies them with its usual fencing.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from celery import Celery
 
-from .entry import InvalidEntry, RedBeatSchedulerEntry, store_for
+from .entry import InvalidEntry, RedBeatSchedulerEntry, node_name, store_for
+from .keys import CHANGED, DEFINITION, HISTORY, META, PARKED_SCORE, QUARANTINE
+from .planning import Claim, pending_message
 from .settings import ensure_conf
+from .store import Row
 
 PAGE = 500
 
 
-def _decode_page(app: Celery, keys: list[str]) -> Iterator[RedBeatSchedulerEntry]:
-    store = store_for(app)
-    with store.client.pipeline(transaction=False) as pipe:
-        for key in keys:
-            pipe.hmget(key, "definition", "meta")
-        replies = store.policy.call(pipe.execute)
-    for key, (definition, meta) in zip(keys, replies, strict=True):
-        if not definition:
-            continue
+@dataclass
+class EntryInfo:
+    """One entry as an operator sees it, whether or not the scheduler can run it."""
+
+    name: str
+    key: str
+    score: float | None
+    fields: dict[str, str]
+    entry: RedBeatSchedulerEntry | None = None
+    error: str | None = None
+    static: bool = False
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def quarantine(self) -> str | None:
+        raw = self.fields.get(QUARANTINE)
+        if not raw:
+            return None
         try:
-            yield RedBeatSchedulerEntry.decode(app, key, definition, meta)
-        except InvalidEntry:
-            continue
+            return str(json.loads(raw).get("reason"))
+        except (ValueError, AttributeError):
+            return raw
+
+    @property
+    def next_run(self) -> datetime | None:
+        if self.score is None or self.score <= 0:
+            return None  # parked (-1) or hand-written "due now" (0)
+        return datetime.fromtimestamp(self.score, tz=timezone.utc)
+
+    @property
+    def state(self) -> str:
+        if self.quarantine or self.error:
+            return "quarantined"
+        if self.entry is not None and not self.entry.enabled:
+            return "disabled"
+        if self.score is None:
+            return "unscheduled"
+        if self.score == PARKED_SCORE:
+            return "finished"
+        return "enabled"
+
+
+def _info(app: Celery, key: str, score: float | None, fields: dict[str, str],
+          statics: set[str]) -> EntryInfo:
+    config = ensure_conf(app)
+    name = config.keys.name_of(key)
+    info = EntryInfo(name, key, score, fields, static=name in statics)
+    try:
+        info.entry = RedBeatSchedulerEntry.decode(app, key, fields.get(DEFINITION),
+                                                  fields.get(META))
+    except InvalidEntry as exc:
+        info.error = exc.reason
+    try:
+        info.history = json.loads(fields.get(HISTORY) or "[]")
+    except ValueError:
+        info.history = []
+    return info
+
+
+def iter_entries(app: Celery, page: int = PAGE) -> Iterator[EntryInfo]:
+    """Every entry in the schedule, in due order, parked and quarantined ones included."""
+    config = ensure_conf(app)
+    store = store_for(app)
+    client = store.client
+    statics = set(store.policy.call(lambda: client.smembers(config.keys.statics)))
+    start = 0
+    while True:
+        members = store.policy.call(lambda s=start: client.zrange(  # type: ignore[misc]
+            config.keys.schedule, s, s + page - 1, withscores=True))
+        if not members:
+            return
+        with client.pipeline(transaction=False) as pipe:
+            for key, _ in members:
+                pipe.hgetall(key)
+            replies = store.policy.call(pipe.execute)
+        for (key, score), fields in zip(members, replies, strict=True):
+            yield _info(app, key, score, fields, statics)
+        start += page
+
+
+def list_entries(app: Celery) -> list[EntryInfo]:
+    return list(iter_entries(app))
+
+
+def get_entry(app: Celery, name: str) -> EntryInfo:
+    """One entry by name; KeyError when there is no such entry."""
+    config = ensure_conf(app)
+    store = store_for(app)
+    key = config.keys.entry(name)
+
+    def read() -> Any:
+        with store.client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(key)
+            pipe.zscore(config.keys.schedule, key)
+            pipe.sismember(config.keys.statics, name)
+            return pipe.execute()
+
+    fields, score, static = store.policy.call(read)
+    if not fields:
+        raise KeyError(name)
+    return _info(app, key, score, fields, {name} if static else set())
+
+
+def _loaded(app: Celery, name: str) -> RedBeatSchedulerEntry:
+    info = get_entry(app, name)
+    if info.entry is None:
+        raise InvalidEntry(info.key, info.error or "unreadable")
+    return info.entry
+
+
+def set_enabled(app: Celery, name: str, enabled: bool, changed_by: str = "python-api") -> None:
+    entry = _loaded(app, name)
+    entry.enabled = enabled
+    entry.save(changed_by=changed_by)
+
+
+def delete_entry(app: Celery, name: str) -> None:
+    get_entry(app, name)  # KeyError when missing
+    store = store_for(app)
+    config = ensure_conf(app)
+    store.delete(config.keys.entry(name))
+    store.policy.call(lambda: store.client.srem(config.keys.statics, name))
+
+
+def run_now(app: Celery, name: str) -> str:
+    """Have the leader publish the entry at its next tick, without touching its schedule.
+
+    The run is queued as a pending slot (id ``<name>:run-now:<ms>``), which the leader
+    publishes and confirms like any claimed slot. Returns the task id."""
+    config = ensure_conf(app)
+    store = store_for(app)
+    info = get_entry(app, name)
+    if info.entry is None:
+        raise InvalidEntry(info.key, info.error or "unreadable")
+    now = datetime.now(timezone.utc)
+    task_id = f"{name}:run-now:{round(now.timestamp() * 1000)}"
+    row = Row(info.key, 0.0, info.fields[DEFINITION], info.fields.get(META), None)
+    message = pending_message(row, Claim(task_id, info.entry, now), now, node_name(),
+                              reason="run-now")
+    store.policy.call(lambda: store.client.hset(config.keys.pending, task_id, message))
+    return task_id
+
+
+# -- export and import -----------------------------------------------------------------
+
+
+def export_entries(app: Celery) -> dict[str, Any]:
+    """Every entry with its definition, meta and score, as plain JSON values."""
+    entries = []
+    for info in iter_entries(app):
+        record: dict[str, Any] = {"name": info.name, "score": info.score,
+                                  "static": info.static}
+        for name in (DEFINITION, META):
+            raw = info.fields.get(name)
+            try:
+                record[name] = None if raw is None else json.loads(raw)
+            except ValueError:
+                record[name] = {"__raw__": raw}  # kept byte for byte, even if broken
+        entries.append(record)
+    return {"format": "redbeat-export/1", "prefix": ensure_conf(app).key_prefix,
+            "exported_at": time.time(), "entries": entries}
+
+
+@dataclass
+class ImportPlan:
+    written: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    pruned: list[str] = field(default_factory=list)
+
+
+def _field_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, dict) and set(value) == {"__raw__"}:
+        return str(value["__raw__"])
+    return json.dumps(value)
+
+
+def import_entries(app: Celery, document: dict[str, Any], dry_run: bool = False,
+                   prune: bool = False) -> ImportPlan:
+    """Write the entries of an export; idempotent (an identical entry is left alone).
+
+    The prefix is this app's, so an export can move a schedule to another prefix.
+    ``prune`` deletes the entries the document does not have."""
+    if document.get("format") != "redbeat-export/1" or not isinstance(
+            document.get("entries"), list):
+        raise ValueError("not a redbeat export (expected format redbeat-export/1)")
+    config = ensure_conf(app)
+    store = store_for(app)
+    existing = {info.name: info for info in iter_entries(app)}
+    plan = ImportPlan()
+    with store.client.pipeline(transaction=True) as pipe:
+        for record in document["entries"]:
+            name = str(record["name"])
+            key = config.keys.entry(name)
+            definition = _field_text(record.get(DEFINITION))
+            meta = _field_text(record.get(META))
+            if definition is None:
+                raise ValueError(f"entry {name!r} has no definition")
+            score = record.get("score")
+            score = float(score) if score is not None else 0.0
+            current = existing.get(name)
+            if current and current.fields.get(DEFINITION) == definition and \
+                    current.fields.get(META) == meta and current.score == score:
+                plan.unchanged.append(name)
+                continue
+            plan.written.append(name)
+            pipe.hset(key, DEFINITION, definition)
+            pipe.hset(key, CHANGED, json.dumps({"at": datetime.now(timezone.utc).isoformat(),
+                                                "by": "import", "node": node_name()}))
+            if meta is not None:
+                pipe.hset(key, META, meta)
+            pipe.zadd(config.keys.schedule, {key: score})
+            if record.get("static"):
+                pipe.sadd(config.keys.statics, name)
+        names = {str(record["name"]) for record in document["entries"]}
+        if prune:
+            for name in sorted(set(existing) - names):
+                plan.pruned.append(name)
+                pipe.zrem(config.keys.schedule, config.keys.entry(name))
+                pipe.delete(config.keys.entry(name))
+                pipe.srem(config.keys.statics, name)
+        if not dry_run:
+            store.policy.call(pipe.execute)
+    return plan
 
 
 def due_entries(app: Celery, now: float, limit: int = PAGE) -> list[RedBeatSchedulerEntry]:
@@ -39,4 +260,91 @@ def due_entries(app: Celery, now: float, limit: int = PAGE) -> list[RedBeatSched
     keys: list[Any] = store.policy.call(
         lambda: store.client.zrangebyscore(config.keys.schedule, 0, now, start=0, num=limit)
     )
-    return list(_decode_page(app, keys))
+    with store.client.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.hmget(key, DEFINITION, META)
+        replies = store.policy.call(pipe.execute)
+    entries = []
+    for key, (definition, meta) in zip(keys, replies, strict=True):
+        try:
+            entries.append(RedBeatSchedulerEntry.decode(app, key, definition, meta))
+        except InvalidEntry:
+            continue
+    return entries
+
+
+# -- status ----------------------------------------------------------------------------
+
+
+@dataclass
+class Status:
+    lock_holder: str | None
+    lock_ttl_ms: int
+    entries: int
+    overdue: int
+    most_late_s: float
+    parked: int
+    pending: int
+    next_due: list[tuple[str, float]]
+    quarantined: list[tuple[str, str]]
+    nodes: dict[str, tuple[str, float]]
+    redis_version: str
+    eviction_policy: str | None
+
+
+def status(app: Celery, now: float | None = None, upcoming: int = 5) -> Status:
+    """Everything ``redbeat status`` shows, read in two round trips."""
+    config = ensure_conf(app)
+    store = store_for(app)
+    keys = config.keys
+    now = time.time() if now is None else now
+
+    def read() -> Any:
+        with store.client.pipeline(transaction=False) as pipe:
+            pipe.get(keys.lock)
+            pipe.pttl(keys.lock)
+            pipe.zcard(keys.schedule)
+            pipe.zcount(keys.schedule, 0, now)
+            pipe.zrangebyscore(keys.schedule, 0, now, start=0, num=1, withscores=True)
+            pipe.zrangebyscore(keys.schedule, f"({now}", "+inf", start=0, num=upcoming,
+                               withscores=True)
+            pipe.zrangebyscore(keys.schedule, PARKED_SCORE, PARKED_SCORE)
+            pipe.hlen(keys.pending)
+            pipe.hgetall(keys.nodes)
+            pipe.info("server")
+            pipe.config_get("maxmemory-policy")
+            return pipe.execute(raise_on_error=False)
+
+    (holder, ttl, total, overdue, oldest, following, parked, pending, nodes, server,
+     policy) = store.policy.call(read)
+    with store.client.pipeline(transaction=False) as pipe:
+        for key in parked:
+            pipe.hget(key, QUARANTINE)
+        reasons = store.policy.call(pipe.execute) if parked else []
+    quarantined = []
+    for key, raw in zip(parked, reasons, strict=True):
+        if raw:
+            try:
+                reason = str(json.loads(raw).get("reason"))
+            except (ValueError, AttributeError):
+                reason = raw
+            quarantined.append((keys.name_of(key), reason))
+    heartbeats = {}
+    for node, value in (nodes or {}).items():
+        role, _, at = value.partition(" ")
+        heartbeats[node] = (role, float(at or 0))
+    return Status(
+        lock_holder=holder, lock_ttl_ms=int(ttl), entries=int(total), overdue=int(overdue),
+        most_late_s=max(0.0, now - oldest[0][1]) if oldest else 0.0,
+        parked=len(parked), pending=int(pending),
+        next_due=[(keys.name_of(key), score) for key, score in following],
+        quarantined=quarantined, nodes=heartbeats,
+        redis_version=server.get("redis_version", "?") if isinstance(server, dict) else "?",
+        eviction_policy=policy.get("maxmemory-policy") if isinstance(policy, dict) else None,
+    )
+
+
+__all__ = [
+    "EntryInfo", "ImportPlan", "delete_entry", "due_entries", "export_entries", "get_entry",
+    "import_entries", "iter_entries", "list_entries", "run_now", "set_enabled", "status",
+]

@@ -73,8 +73,10 @@ class _ScheduleProtocol(celery_schedules.BaseSchedule):
 class rrule(_ScheduleProtocol):
     """A Celery schedule over dateutil's rrule (RFC 5545 recurrences).
 
-    ``freq`` is a name (``"DAILY"``) or dateutil's constant. ``dtstart`` defaults to
-    now; a naive ``dtstart``/``until`` is read in ``timezone`` (default UTC). Keeping a
+    ``freq`` is a name (``"DAILY"``) or dateutil's constant. ``dtstart`` defaults to the
+    start of the current hour, so fields the rule leaves open (minute, second) come out
+    as 0 rather than as whatever second the entry was created at; a naive
+    ``dtstart``/``until`` is read in ``timezone`` (default UTC). Keeping a
     named zone (``Europe/Paris``) makes a weekly 09:00 rule stay at 09:00 local time
     across daylight-saving changes, which a fixed UTC offset cannot do.
     """
@@ -100,7 +102,9 @@ class rrule(_ScheduleProtocol):
             raise ValueError(f"rrule freq must be one of {sorted(FREQUENCIES)}, not {freq!r}")
         zone = as_zone(timezone)
         self.interval = int(interval)
-        self.dtstart = self._localize(dtstart or datetime.now(UTC).replace(microsecond=0), zone)
+        if dtstart is None:
+            dtstart = datetime.now(zone or UTC).replace(minute=0, second=0, microsecond=0)
+        self.dtstart = self._localize(dtstart, zone)
         self.until = None if until is None else self._localize(until, zone or self.dtstart.tzinfo)
         self.rules = {name: rules.get(name) for name in RRULE_FIELDS}
         self.rrule = dateutil_rrule.rrule(

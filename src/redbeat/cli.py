@@ -1,0 +1,473 @@
+"""The ``redbeat`` command line: list, inspect and change entries; status; health.
+
+Two ways in, one set of commands:
+
+    redbeat --url redis://host:6379/1 list
+    celery -A proj redbeat list          # reads the app's redbeat settings
+
+Exit codes scripts can rely on: 0 done (or healthy), 1 unhealthy or failed,
+2 bad usage, 3 no such entry, 4 Redis unreachable, 5 invalid input.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+import click
+import redis.exceptions
+from celery import Celery
+from celery.schedules import crontab, schedule, solar
+
+from . import health, manage
+from .entry import InvalidEntry, RedBeatSchedulerEntry
+from .lock import Holder
+from .nexttime import next_after
+from .schedules import rrule
+from .settings import ensure_conf
+
+EXIT_FAILED, EXIT_NOT_FOUND, EXIT_UNREACHABLE, EXIT_INVALID = 1, 3, 4, 5
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _app(ctx: click.Context) -> Celery:
+    """The app: ours (standalone) or the one ``celery -A`` loaded."""
+    context: click.Context | None = ctx
+    while context is not None:
+        obj = context.obj
+        if isinstance(obj, Celery):
+            return obj
+        app = getattr(obj, "app", None)
+        if isinstance(app, Celery):
+            _fail_fast(app, timeout=5.0)
+            return app
+        context = context.parent
+    raise click.UsageError("no Celery app: use --url or `celery -A proj redbeat`")
+
+
+def _fail_fast(app: Celery, timeout: float) -> None:
+    """A command line must answer quickly, not retry for the scheduler's retry period."""
+    options = ensure_conf(app).redis_options
+    options.setdefault("retry_period", 0)
+    options.setdefault("socket_connect_timeout", timeout)
+    options.setdefault("socket_timeout", timeout)
+    ensure_conf(app).redis_options_from_redbeat = True
+
+
+def command(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Maps failures to the documented exit codes with a one-line message."""
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except KeyError as exc:
+            click.echo(f"error: no entry named {exc.args[0]!r}", err=True)
+            sys.exit(EXIT_NOT_FOUND)
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            click.echo(f"error: Redis unreachable: {exc}", err=True)
+            sys.exit(EXIT_UNREACHABLE)
+        except (InvalidEntry, ValueError) as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_INVALID)
+        except redis.exceptions.RedisError as exc:
+            click.echo(f"error: Redis: {exc}", err=True)
+            sys.exit(EXIT_FAILED)
+    return run
+
+
+# -- formatting ------------------------------------------------------------------------
+
+
+def describe(value: Any) -> str:
+    """A schedule in words, for tables."""
+    if isinstance(value, schedule):
+        return f"every {_seconds_in_words(value.run_every.total_seconds())}"
+    if isinstance(value, crontab):
+        fields = [value._orig_minute, value._orig_hour, value._orig_day_of_month,
+                  value._orig_month_of_year, value._orig_day_of_week]
+        zone = getattr(value, "timezone", None)
+        return "cron " + " ".join(str(f) for f in fields) + (f" ({zone})" if zone else "")
+    if isinstance(value, rrule):
+        from .schedules import FREQUENCY_NAMES
+
+        parts = [f"FREQ={FREQUENCY_NAMES[value.freq]}"]
+        if value.interval != 1:
+            parts.append(f"INTERVAL={value.interval}")
+        for name, rule in value.rules.items():
+            if rule is not None:
+                items = rule if isinstance(rule, (list, tuple)) else [rule]
+                parts.append(f"{name.upper()}={','.join(str(item) for item in items)}")
+        return "rrule " + ";".join(parts)
+    if isinstance(value, solar):
+        return f"solar {value.event} at {value.lat},{value.lon}"
+    return repr(value)
+
+
+def _seconds_in_words(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def _when(moment: datetime | None, app: Celery) -> str:
+    if moment is None:
+        return "-"
+    return moment.astimezone(app.timezone).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _table(rows: list[list[str]], headers: list[str]) -> str:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows,
+                                                                       strict=True)]
+    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
+             for row in [headers, *rows]]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _info_json(info: manage.EntryInfo) -> dict[str, Any]:
+    entry = info.entry
+    return {
+        "name": info.name, "key": info.key, "state": info.state, "static": info.static,
+        "task": entry.task if entry else None,
+        "schedule": describe(entry.schedule) if entry else None,
+        "next_run": info.next_run.isoformat() if info.next_run else None,
+        "last_run": entry.last_run_at.isoformat() if entry and entry.last_run_at else None,
+        "runs": entry.total_run_count if entry else None,
+        "quarantine": info.quarantine or info.error,
+    }
+
+
+# -- parsing ---------------------------------------------------------------------------
+
+
+def parse_every(text: str) -> float:
+    text = text.strip().lower()
+    unit = text[-1] if text and text[-1] in UNITS else "s"
+    number = text[:-1] if text and text[-1] in UNITS else text
+    try:
+        seconds = float(number) * UNITS[unit]
+    except ValueError:
+        wanted = "a duration such as 30s, 5m, 1h or 1d"
+        raise ValueError(f"--every wants {wanted}, not {text!r}") from None
+    if seconds <= 0:
+        raise ValueError("--every must be positive")
+    return seconds
+
+
+def parse_cron(text: str, zone: str | None) -> crontab:
+    fields = text.split()
+    if len(fields) != 5:
+        raise ValueError(f"--cron wants 5 fields (minute hour day month weekday), not {text!r}")
+    minute, hour, day_of_month, month_of_year, day_of_week = fields
+    from .schedules import crontab as zoned_crontab
+
+    return zoned_crontab(minute=minute, hour=hour, day_of_month=day_of_month,
+                         month_of_year=month_of_year, day_of_week=day_of_week, timezone=zone)
+
+
+WEEKDAYS = {"MO": 0, "TU": 1, "WE": 2, "TH": 3, "FR": 4, "SA": 5, "SU": 6}
+RRULE_KEYS = {"BYMONTH": "bymonth", "BYMONTHDAY": "bymonthday", "BYYEARDAY": "byyearday",
+              "BYWEEKNO": "byweekno", "BYHOUR": "byhour", "BYMINUTE": "byminute",
+              "BYSECOND": "bysecond", "BYSETPOS": "bysetpos", "COUNT": "count"}
+
+
+def parse_rrule(text: str, zone: str | None) -> rrule:
+    """RFC 5545 ``FREQ=...;BYHOUR=...`` (DTSTART as YYYYMMDDTHHMMSS in ``zone``)."""
+    from dateutil.rrule import weekday
+
+    fields: dict[str, Any] = {}
+    freq = None
+    for part in filter(None, text.split(";")):
+        name, _, value = part.partition("=")
+        name = name.strip().upper()
+        if name == "FREQ":
+            freq = value.strip().upper()
+        elif name == "INTERVAL":
+            fields["interval"] = int(value)
+        elif name == "BYDAY":
+            days = []
+            for day in value.split(","):
+                day = day.strip().upper()
+                n = int(day[:-2]) if day[:-2] else None
+                days.append(weekday(WEEKDAYS[day[-2:]], n))
+            fields["byweekday"] = days
+        elif name in ("DTSTART", "UNTIL"):
+            fields[name.lower()] = datetime.strptime(value.strip().rstrip("Z"), "%Y%m%dT%H%M%S")
+        elif name in RRULE_KEYS:
+            numbers = [int(v) for v in value.split(",")]
+            fields[RRULE_KEYS[name]] = numbers[0] if name == "COUNT" else numbers
+        else:
+            raise ValueError(f"--rrule: unsupported part {name!r}")
+    if freq is None:
+        raise ValueError("--rrule needs FREQ=...")
+    return rrule(freq, timezone=zone, **fields)
+
+
+def _json_option(text: str | None, what: str, kind: type) -> Any:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc}") from exc
+    if not isinstance(value, kind):
+        raise ValueError(f"{what} must be a JSON {kind.__name__}")
+    return value
+
+
+# -- commands --------------------------------------------------------------------------
+
+
+@click.group(name="redbeat")
+@click.option("--url", envvar="REDBEAT_REDIS_URL", help="Redis URL of the schedule.")
+@click.option("--prefix", envvar="REDBEAT_KEY_PREFIX", default=None, help="Key prefix.")
+@click.option("--timezone", "zone", default="UTC", show_default=True,
+              help="Time zone for times shown and crontabs evaluated.")
+@click.option("--timeout", default=5.0, show_default=True, help="Seconds to wait for Redis.")
+@click.pass_context
+def main(ctx: click.Context, url: str | None, prefix: str | None, zone: str,
+         timeout: float) -> None:
+    """Manage a redbeat schedule in Redis."""
+    if ctx.obj is not None:
+        return  # under `celery -A proj redbeat`: the app is already there
+    if not url:
+        raise click.UsageError("give --url (or REDBEAT_REDIS_URL)")
+    app = Celery("redbeat-cli", set_as_current=False)
+    app.conf.update(redbeat_redis_url=url, timezone=zone, redbeat_redis_options={})
+    if prefix:
+        app.conf.redbeat_key_prefix = prefix
+    _fail_fast(app, timeout)
+    ctx.obj = app
+
+
+@main.command("list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per entry.")
+@click.option("--pattern", default=None, help="Only names matching this glob.")
+@click.option("--state", type=click.Choice(["enabled", "disabled", "quarantined", "finished",
+                                            "unscheduled"]), default=None)
+@click.pass_context
+@command
+def list_command(ctx: click.Context, as_json: bool, pattern: str | None,
+                 state: str | None) -> None:
+    """All entries: name, task, schedule, next and last run, runs, state."""
+    from fnmatch import fnmatchcase
+
+    app = _app(ctx)
+    rows, records = [], []
+    for info in manage.iter_entries(app):
+        if pattern and not fnmatchcase(info.name, pattern) or state and info.state != state:
+            continue
+        record = _info_json(info)
+        records.append(record)
+        entry = info.entry
+        rows.append([
+            info.name, record["task"] or "?", record["schedule"] or "?",
+            _when(info.next_run, app),
+            _when(entry.last_run_at if entry else None, app),
+            str(record["runs"] if record["runs"] is not None else "-"),
+            info.state + (" (static)" if info.static else ""),
+        ])
+    if as_json:
+        click.echo(json.dumps(records, indent=2))
+    elif rows:
+        click.echo(_table(rows, ["NAME", "TASK", "SCHEDULE", "NEXT RUN", "LAST RUN", "RUNS",
+                                 "STATE"]))
+    else:
+        click.echo("no entries")
+
+
+@main.command()
+@click.argument("name")
+@click.option("--runs", default=5, show_default=True, help="Upcoming run times to show.")
+@click.pass_context
+@command
+def show(ctx: click.Context, name: str, runs: int) -> None:
+    """One entry: definition, meta, history, last change and upcoming runs."""
+    app = _app(ctx)
+    info = manage.get_entry(app, name)
+    click.echo(f"{info.name}  ({info.key}, {info.state}{', static' if info.static else ''})")
+    for field in ("definition", "meta", "changed"):
+        raw = info.fields.get(field)
+        if raw is not None:
+            click.echo(f"{field}:")
+            try:
+                click.echo("  " + json.dumps(json.loads(raw), indent=2).replace("\n", "\n  "))
+            except ValueError:
+                click.echo(f"  {raw}")
+    if info.quarantine or info.error:
+        click.echo(f"quarantined: {info.quarantine or info.error}")
+    if info.history:
+        click.echo("recent dispatches:")
+        for record in info.history:
+            click.echo(f"  {record.get('task_id')}  due {record.get('due')}  "
+                       f"by {record.get('node')}")
+    if info.entry is not None and info.entry.enabled:
+        moment = info.entry.due_at
+        click.echo("next runs:")
+        for _ in range(runs):
+            if moment is None:
+                click.echo("  (no more runs)")
+                break
+            click.echo(f"  {_when(moment, app)}")
+            moment = next_after(info.entry.schedule, moment)
+
+
+@main.command()
+@click.argument("name")
+@click.argument("task")
+@click.option("--every", default=None, help="Interval: 30s, 5m, 1h, 1d.")
+@click.option("--cron", default=None, help='Crontab: "*/5 * * * *".')
+@click.option("--rrule", "rrule_text", default=None, help='RFC 5545: "FREQ=DAILY;BYHOUR=9".')
+@click.option("--tz", "zone", default=None, help="IANA zone for --cron/--rrule.")
+@click.option("--args", "args_json", default=None, help="Positional arguments, JSON list.")
+@click.option("--kwargs", "kwargs_json", default=None, help="Keyword arguments, JSON object.")
+@click.option("--queue", default=None, help="Queue to send to.")
+@click.option("--disabled", is_flag=True, help="Store it paused.")
+@click.pass_context
+@command
+def add(ctx: click.Context, name: str, task: str, every: str | None, cron: str | None,
+        rrule_text: str | None, zone: str | None, args_json: str | None,
+        kwargs_json: str | None, queue: str | None, disabled: bool) -> None:
+    """Create or replace an entry (its run history is kept)."""
+    given = [option for option in (every, cron, rrule_text) if option]
+    if len(given) != 1:
+        raise click.UsageError("give exactly one of --every, --cron, --rrule")
+    if every:
+        chosen: Any = parse_every(every)
+    elif cron:
+        chosen = parse_cron(cron, zone)
+    else:
+        chosen = parse_rrule(rrule_text or "", zone)
+    entry = RedBeatSchedulerEntry(
+        name, task, chosen, args=_json_option(args_json, "--args", list),
+        kwargs=_json_option(kwargs_json, "--kwargs", dict),
+        options={"queue": queue} if queue else None, enabled=not disabled, app=_app(ctx),
+    )
+    entry.save(changed_by="cli")
+    click.echo(f"saved {name}: {describe(entry.schedule)}, next run "
+               f"{_when(entry.due_at, entry.app) if entry.enabled else '(disabled)'}")
+
+
+def _simple(verb: str, action: Callable[[Celery, str], Any], done: str) -> None:
+    @main.command(verb)
+    @click.argument("name")
+    @click.pass_context
+    @command
+    def run(ctx: click.Context, name: str) -> None:
+        result = action(_app(ctx), name)
+        click.echo(done.format(name=name, result=result))
+
+    run.__doc__ = f"{verb.capitalize().replace('-', ' ')} an entry by name."
+
+
+_simple("enable", lambda app, name: manage.set_enabled(app, name, True, "cli"), "enabled {name}")
+_simple("disable", lambda app, name: manage.set_enabled(app, name, False, "cli"),
+        "disabled {name}")
+_simple("delete", manage.delete_entry, "deleted {name}")
+_simple("run-now", manage.run_now, "queued {name} as {result}; the leader sends it within "
+        "a second")
+
+
+@main.command("export")
+@click.option("--format", "fmt", type=click.Choice(["json", "yaml"]), default="json")
+@click.pass_context
+@command
+def export_command(ctx: click.Context, fmt: str) -> None:
+    """Every entry (definition, meta, score) to standard output."""
+    document = manage.export_entries(_app(ctx))
+    if fmt == "yaml":
+        click.echo(_yaml().safe_dump(document, sort_keys=False, allow_unicode=True), nl=False)
+    else:
+        click.echo(json.dumps(document, indent=2))
+
+
+@main.command("import")
+@click.argument("source", type=click.File("r"))
+@click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
+@click.option("--prune", is_flag=True, help="Delete entries the file does not have.")
+@click.pass_context
+@command
+def import_command(ctx: click.Context, source: Any, dry_run: bool, prune: bool) -> None:
+    """Write the entries of an export (JSON or YAML); entries already equal are kept."""
+    text = source.read()
+    try:
+        document = json.loads(text)
+    except ValueError:
+        try:
+            document = _yaml().safe_load(text)
+        except Exception as exc:
+            raise ValueError(f"{source.name} is neither JSON nor YAML: {exc}") from exc
+    if not isinstance(document, dict):
+        raise ValueError(f"{source.name} is not a redbeat export")
+    plan = manage.import_entries(_app(ctx), document, dry_run=dry_run, prune=prune)
+    prefix = "would write" if dry_run else "wrote"
+    click.echo(f"{prefix} {len(plan.written)}, unchanged {len(plan.unchanged)}, "
+               f"{'would prune' if dry_run else 'pruned'} {len(plan.pruned)}")
+    for name in plan.written:
+        click.echo(f"  + {name}")
+    for name in plan.pruned:
+        click.echo(f"  - {name}")
+
+
+def _yaml() -> Any:
+    try:
+        import yaml
+    except ImportError as exc:
+        raise ValueError("YAML needs PyYAML: pip install 'redbeat[yaml]'") from exc
+    return yaml
+
+
+@main.command("status")
+@click.pass_context
+@command
+def status_command(ctx: click.Context) -> None:
+    """Who leads, how the schedule stands, and what needs attention."""
+    app = _app(ctx)
+    state = manage.status(app)
+    now = datetime.now(timezone.utc).timestamp()
+    if state.lock_holder:
+        click.echo(f"leader:      {Holder.parse(state.lock_holder)} "
+                   f"(lock expires in {state.lock_ttl_ms / 1000:.1f}s)")
+    else:
+        click.echo("leader:      none (no node holds the lock)")
+    for node, (role, at) in sorted(state.nodes.items()):
+        click.echo(f"node:        {Holder.parse(node)}  {role}, last tick {now - at:.1f}s ago")
+    click.echo(f"entries:     {state.entries} ({state.parked} parked: disabled, finished or "
+               "quarantined)")
+    click.echo(f"overdue:     {state.overdue}"
+               + (f" (most late {state.most_late_s:.1f}s)" if state.overdue else ""))
+    click.echo(f"pending:     {state.pending} slot(s) claimed, publish not yet confirmed")
+    for name, score in state.next_due:
+        moment = datetime.fromtimestamp(score, tz=timezone.utc)
+        click.echo(f"next:        {_when(moment, app)}  {name}")
+    for name, reason in state.quarantined:
+        click.echo(f"quarantined: {name}: {reason}")
+    click.echo(f"redis:       {state.redis_version}, maxmemory-policy "
+               f"{state.eviction_policy or 'unknown (CONFIG GET refused)'}")
+    if state.eviction_policy and state.eviction_policy.startswith("allkeys-"):
+        click.echo("warning:     allkeys-* eviction can silently delete schedule entries; "
+                   "use noeviction or volatile-*", err=True)
+
+
+@main.command("check")
+@click.option("--host", default=None, help="Host whose scheduler to check (default: this).")
+@click.option("--pid", type=int, default=None, help="Only the scheduler with this pid.")
+@click.option("--max-age", type=float, default=None,
+              help="Seconds since its last tick that still count as alive.")
+@click.pass_context
+@command
+def check_command(ctx: click.Context, host: str | None, pid: int | None,
+                  max_age: float | None) -> None:
+    """Health probe: exit 0 when this host's beat leads or stands by a live leader."""
+    result = health.check(_app(ctx), host=host, pid=pid, max_age=max_age)
+    click.echo(("healthy: " if result.healthy else "unhealthy: ") + result.reason)
+    if not result.healthy:
+        sys.exit(EXIT_FAILED)
+
+
+#: ``celery -A proj redbeat ...`` (registered through the ``celery.commands`` entry point)
+celery_command = main

@@ -1,0 +1,163 @@
+"""The real commands against a real Redis: standalone, `python -m`, and `celery -A`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import make_app
+from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
+from redbeat.cli import main
+from redbeat.schedulers import get_redis
+
+
+@pytest.fixture
+def run(redis_server):
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | None = None):
+        return runner.invoke(main, ["--url", redis_server.url, *args], input=input,
+                             catch_exceptions=False)
+    return invoke
+
+
+def test_add_list_show(run, redis_server):
+    assert run("add", "ping", "tasks.ping", "--every", "30s", "--args", '[1, "a"]').exit_code == 0
+    assert run("add", "nightly", "tasks.report", "--cron", "0 3 * * *", "--tz",
+               "Europe/London", "--queue", "batch").exit_code == 0
+    assert run("add", "standup", "tasks.remind", "--rrule",
+               "FREQ=WEEKLY;BYDAY=MO,WE;BYHOUR=9;BYMINUTE=30").exit_code == 0
+    listing = run("list")
+    assert listing.exit_code == 0
+    lines = listing.output.splitlines()
+    assert lines[0].split() == ["NAME", "TASK", "SCHEDULE", "NEXT", "RUN", "LAST", "RUN", "RUNS",
+                                "STATE"]
+    assert any("ping" in line and "every 30s" in line for line in lines)
+    assert any("cron 0 3 * * * (Europe/London)" in line for line in lines)
+    records = json.loads(run("list", "--json", "--pattern", "n*").output)
+    assert [r["name"] for r in records] == ["nightly"]
+    shown = run("show", "standup").output
+    assert '"__type__": "rrule"' in shown and "next runs:" in shown
+    entry = RedBeatSchedulerEntry.from_key("redbeat:nightly", app=make_app(redis_server.url))
+    assert entry.options == {"queue": "batch"} and entry.schedule.timezone == "Europe/London"
+    changed = json.loads(get_redis(make_app(redis_server.url)).hget("redbeat:ping", "changed"))
+    assert changed["by"] == "cli"
+
+
+def test_enable_disable_delete(run, redis_server):
+    run("add", "job", "tasks.job", "--every", "1m")
+    assert run("disable", "job").exit_code == 0
+    assert json.loads(run("list", "--json").output)[0]["state"] == "disabled"
+    assert run("enable", "job").exit_code == 0
+    assert json.loads(run("list", "--json").output)[0]["state"] == "enabled"
+    assert run("delete", "job").exit_code == 0
+    assert run("show", "job").exit_code == 3
+
+
+def test_run_now_is_published_by_the_leader_with_its_own_id(run, redis_server):
+    app = make_app(redis_server.url)
+    RedBeatSchedulerEntry("daily", "tasks.daily", 86400.0, app=app,
+                          last_run_at=datetime.now(timezone.utc)).save()
+    sent = []
+
+    class Recording(RedBeatScheduler):
+        def apply_async(self, entry, producer=None, advance=True, **kwargs):
+            sent.append(entry.options["task_id"])
+
+    scheduler = Recording(app)
+    scheduler.tick()
+    scheduler.tick()
+    assert sent == []
+    result = run("run-now", "daily")
+    assert result.exit_code == 0
+    scheduler.tick()
+    assert len(sent) == 1 and sent[0].startswith("daily:run-now:")
+    assert RedBeatSchedulerEntry.from_key("redbeat:daily", app=app).total_run_count == 0
+    scheduler.close()
+
+
+def test_export_import_round_trip_to_another_prefix(run, redis_server, tmp_path):
+    run("add", "a", "tasks.a", "--every", "10s")
+    run("add", "b", "tasks.b", "--cron", "*/5 * * * *")
+    client = get_redis(make_app(redis_server.url))
+    client.hset("redbeat:a", "meta", '{"last_run_at": null, "total_run_count": 7}')
+    exported = run("export").output
+    path = tmp_path / "schedule.json"
+    path.write_text(exported)
+    runner = CliRunner()
+    moved = runner.invoke(main, ["--url", redis_server.url, "--prefix", "other:", "import",
+                                 str(path)])
+    assert moved.exit_code == 0 and "wrote 2" in moved.output
+    again = runner.invoke(main, ["--url", redis_server.url, "--prefix", "other:", "import",
+                                 str(path)])
+    assert "wrote 0, unchanged 2" in again.output  # idempotent
+    for name in ("a", "b"):
+        for field in ("definition", "meta"):
+            assert client.hget(f"other:{name}", field) == client.hget(f"redbeat:{name}", field)
+    assert client.zscore("other::schedule", "other:a") == client.zscore("redbeat::schedule",
+                                                                       "redbeat:a")
+    yaml_text = run("export", "--format", "yaml").output
+    (tmp_path / "schedule.yaml").write_text(yaml_text)
+    run("delete", "b")
+    dry = run("import", str(tmp_path / "schedule.yaml"), "--dry-run")
+    assert "would write 1" in dry.output and not client.exists("redbeat:b")
+    pruned = runner.invoke(main, ["--url", redis_server.url, "--prefix", "other:", "import",
+                                  "--prune", str(tmp_path / "schedule.yaml")])
+    assert "pruned 0" in pruned.output
+
+
+def test_status_and_check(run, redis_server):
+    app = make_app(redis_server.url)
+    RedBeatSchedulerEntry("e", "tasks.e", 60.0, app=app).save()
+    client = get_redis(app)
+    client.hset("redbeat:bad", mapping={"definition": "{", "quarantine": json.dumps(
+        {"reason": "definition: JSONDecodeError"})})
+    client.zadd("redbeat::schedule", {"redbeat:bad": -1})
+    unhealthy = run("check")
+    assert unhealthy.exit_code == 1 and "no scheduler heartbeat" in unhealthy.output
+    scheduler = RedBeatScheduler(app)
+    scheduler.tick()
+    scheduler.tick()
+    status = run("status")
+    assert status.exit_code == 0
+    assert f"pid {os.getpid()}" in status.output
+    assert "quarantined: bad: definition: JSONDecodeError" in status.output
+    assert "maxmemory-policy noeviction" in status.output
+    healthy = run("check")
+    assert healthy.exit_code == 0 and "leads" in healthy.output
+    scheduler.close()
+
+
+def test_errors_have_exit_codes(run):
+    assert run("show", "missing").exit_code == 3
+    assert run("add", "x", "t", "--every", "soon").exit_code == 5
+    assert run("add", "x", "t", "--every", "1s", "--args", "{").exit_code == 5
+    assert run("add", "x", "t", "--cron", "* * *").exit_code == 5
+    assert run("add", "x", "t").exit_code == 2
+    unreachable = CliRunner().invoke(main, ["--url", "redis://127.0.0.1:1/0", "--timeout", "1",
+                                            "list"])
+    assert unreachable.exit_code == 4 and "unreachable" in unreachable.output
+
+
+def test_module_and_celery_subcommand(redis_server, tmp_path):
+    (tmp_path / "proj.py").write_text(
+        "from celery import Celery\n"
+        "app = Celery('proj', broker='memory://')\n"
+        f"app.conf.redbeat_redis_url = {redis_server.url!r}\n"
+    )
+    RedBeatSchedulerEntry("visible", "tasks.v", 5.0, app=make_app(redis_server.url)).save()
+    env_path = str(Path(__file__).parent.parent)
+    via_module = subprocess.run([sys.executable, "-m", "redbeat", "--url", redis_server.url,
+                                 "list"], capture_output=True, text=True, cwd=env_path)
+    assert via_module.returncode == 0 and "visible" in via_module.stdout
+    via_celery = subprocess.run([sys.executable, "-m", "celery", "-A", "proj", "redbeat", "list"],
+                                capture_output=True, text=True, cwd=tmp_path)
+    assert via_celery.returncode == 0, via_celery.stderr
+    assert "visible" in via_celery.stdout
