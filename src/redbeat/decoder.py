@@ -229,6 +229,17 @@ def decode_weekday(fields: dict[str, Any]) -> weekday:
     return weekday(int(fields["wkday"]), fields.get("n"))
 
 
+def encode_clocked(value: schedules.clocked) -> dict[str, Any]:
+    return {"run_at": tagged(value.run_at)}
+
+
+def decode_clocked(fields: dict[str, Any]) -> schedules.clocked:
+    run_at = fields["run_at"]
+    if not isinstance(run_at, datetime):
+        raise ValueError("clocked 'run_at' must be a tagged datetime")
+    return schedules.clocked(run_at)
+
+
 # Registered general first, specific last (a later registration is tried first).
 for _codec in (
     TypeCodec("datetime", datetime, encode_datetime, decode_datetime),
@@ -237,5 +248,6 @@ for _codec in (
     TypeCodec("crontab", celery_schedules.crontab, encode_crontab, decode_crontab),
     TypeCodec("solar", celery_schedules.solar, encode_solar, decode_solar),
     TypeCodec("rrule", schedules.rrule, encode_rrule, decode_rrule),
+    TypeCodec("clocked", schedules.clocked, encode_clocked, decode_clocked),
 ):
     register(_codec)

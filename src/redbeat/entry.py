@@ -13,7 +13,7 @@ import math
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
@@ -27,11 +27,14 @@ from . import decoder
 from .connection import get_redis
 from .keys import PARKED_SCORE
 from .nexttime import first_due, next_after, utc
+from .policy import DEFAULT as DEFAULT_POLICY
+from .policy import EntryPolicy
 from .retry import RetryPolicy
 from .settings import RedBeatConfig, ensure_conf
 from .store import ScheduleStore
 
 UTC_ZONE = ZoneInfo("UTC")
+POLICY_FIELDS = tuple(f.name for f in fields(EntryPolicy))
 STORE_ATTRIBUTE = "redbeat_store"
 
 
@@ -107,8 +110,13 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         last_run_at: datetime | None = None,
         total_run_count: int | None = None,
         app: Celery | None = None,
+        policy: EntryPolicy | None = None,
         **clsargs: Any,
     ) -> None:
+        """``policy`` (or its fields as keyword arguments: ``start_time``, ``end_time``,
+        ``misfire_grace_time``, ``coalesce``, ``max_catch_up``, ``jitter``, ``ttl``) is
+        stored in its own hash field; see redbeat.policy."""
+        policy_fields = {name: clsargs.pop(name) for name in POLICY_FIELDS if name in clsargs}
         super().__init__(
             name=str(name), task=task, schedule=schedule, args=args, kwargs=kwargs,
             options=options, total_run_count=total_run_count, app=app, **clsargs,
@@ -117,6 +125,7 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         # Celery fills a missing last_run_at with "now"; here None means "never ran".
         self.last_run_at = last_run_at
         self.config: RedBeatConfig = ensure_conf(self.app)
+        self.policy = EntryPolicy(**{**asdict(policy or DEFAULT_POLICY), **policy_fields})
 
     # -- identity ------------------------------------------------------------------------
 
@@ -142,8 +151,10 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         """The real next run time (possibly in the past when overdue); None when the
         schedule has no more runs."""
         if self.last_run_at is None:
-            return first_due(self.schedule, utc(self._default_now()))
-        return next_after(self.schedule, self.last_run_at)
+            due = first_due(self.schedule, utc(self._default_now()))
+        else:
+            due = next_after(self.schedule, self.last_run_at)
+        return self.policy.window(self.schedule, due)
 
     @property
     def score(self) -> float:
@@ -151,7 +162,8 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         finished."""
         if not self.enabled:
             return PARKED_SCORE
-        return to_score(self.due_at)
+        due = self.due_at
+        return to_score(None if due is None else due + self.policy.delay(self.name, due))
 
     @property
     def rank(self) -> int | None:
@@ -187,7 +199,7 @@ class RedBeatSchedulerEntry(ScheduleEntry):
     def save(self, changed_by: str = "python-api") -> RedBeatSchedulerEntry:
         self.store.save(
             self.key, self.definition_json(), meta_json(self.last_run_at), self.score,
-            changed_json(changed_by),
+            changed_json(changed_by), self.policy.to_json(),
         )
         return self
 
@@ -230,17 +242,17 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         """Load an entry; KeyError when the key holds no entry, InvalidEntry when it holds
         one that cannot be scheduled."""
         config = ensure_conf(app)
-        definition, meta = store_for(config.app).load(key)
+        definition, meta, policy = store_for(config.app).load(key)
         if not definition:
             raise KeyError(key)
-        return cls.decode(config.app, key, definition, meta)
+        return cls.decode(config.app, key, definition, meta, policy=policy)
 
     @classmethod
     def decode(
         cls, app: Celery, key: str, definition: str | None, meta: str | None,
-        cached: bool = False,
+        cached: bool = False, policy: str | None = None,
     ) -> RedBeatSchedulerEntry:
-        return decode_entry(cls, app, key, definition, meta, cached)
+        return decode_entry(cls, app, key, definition, meta, cached, policy)
 
     def __repr__(self) -> str:
         return f"<RedBeatSchedulerEntry: {self.name} {self.task} {self.schedule!r}>"
@@ -339,9 +351,13 @@ def parse_meta(key: str, text: str | None) -> tuple[datetime | None, int]:
 
 def decode_entry(
     cls: type[RedBeatSchedulerEntry], app: Celery, key: str, definition_text: str | None,
-    meta_text: str | None, cached: bool = False,
+    meta_text: str | None, cached: bool = False, policy_text: str | None = None,
 ) -> RedBeatSchedulerEntry:
     config = ensure_conf(app)
+    try:
+        policy = EntryPolicy.from_json(policy_text)
+    except (ValueError, TypeError) as exc:
+        raise InvalidEntry(key, f"policy: {exc}") from exc
     parse = parse_definition_cached if cached else parse_definition
     definition = parse(key, definition_text, config.key_prefix)
     last_run_at, count = parse_meta(key, meta_text)
@@ -353,6 +369,6 @@ def decode_entry(
         app=app, config=config, name=definition.name, task=definition.task,
         schedule=definition.schedule, args=definition.args, kwargs=definition.kwargs,
         options=definition.options, enabled=definition.enabled, last_run_at=last_run_at,
-        total_run_count=count,
+        total_run_count=count, policy=policy,
     )
     return entry

@@ -18,6 +18,8 @@ META = "meta"
 QUARANTINE = "quarantine"
 HISTORY = "history"
 CHANGED = "changed"
+POLICY = "policy"
+MISFIRES = "misfires"
 
 #: A schedule-set score that no tick ever selects (ticks read from score 0 up).
 PARKED_SCORE = -1.0

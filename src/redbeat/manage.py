@@ -18,7 +18,7 @@ from typing import Any
 from celery import Celery
 
 from .entry import InvalidEntry, RedBeatSchedulerEntry, node_name, store_for
-from .keys import CHANGED, DEFINITION, HISTORY, META, PARKED_SCORE, QUARANTINE
+from .keys import CHANGED, DEFINITION, HISTORY, META, PARKED_SCORE, POLICY, QUARANTINE
 from .planning import Claim, pending_message
 from .settings import ensure_conf
 from .store import Row
@@ -75,7 +75,7 @@ def _info(app: Celery, key: str, score: float | None, fields: dict[str, str],
     info = EntryInfo(name, key, score, fields, static=name in statics)
     try:
         info.entry = RedBeatSchedulerEntry.decode(app, key, fields.get(DEFINITION),
-                                                  fields.get(META))
+                                                  fields.get(META), policy=fields.get(POLICY))
     except InvalidEntry as exc:
         info.error = exc.reason
     try:
@@ -178,7 +178,7 @@ def export_entries(app: Celery) -> dict[str, Any]:
     for info in iter_entries(app):
         record: dict[str, Any] = {"name": info.name, "score": info.score,
                                   "static": info.static}
-        for name in (DEFINITION, META):
+        for name in (DEFINITION, META, POLICY):
             raw = info.fields.get(name)
             try:
                 record[name] = None if raw is None else json.loads(raw)
@@ -223,13 +223,15 @@ def import_entries(app: Celery, document: dict[str, Any], dry_run: bool = False,
             key = config.keys.entry(name)
             definition = _field_text(record.get(DEFINITION))
             meta = _field_text(record.get(META))
+            policy = _field_text(record.get(POLICY))
             if definition is None:
                 raise ValueError(f"entry {name!r} has no definition")
             score = record.get("score")
             score = float(score) if score is not None else 0.0
             current = existing.get(name)
             if current and current.fields.get(DEFINITION) == definition and \
-                    current.fields.get(META) == meta and current.score == score:
+                    current.fields.get(META) == meta and current.score == score and \
+                    current.fields.get(POLICY) == policy:
                 plan.unchanged.append(name)
                 continue
             plan.written.append(name)
@@ -238,6 +240,10 @@ def import_entries(app: Celery, document: dict[str, Any], dry_run: bool = False,
                                                 "by": "import", "node": node_name()}))
             if meta is not None:
                 pipe.hset(key, META, meta)
+            if policy is None:
+                pipe.hdel(key, POLICY)
+            else:
+                pipe.hset(key, POLICY, policy)
             pipe.zadd(config.keys.schedule, {key: score})
             if record.get("static"):
                 pipe.sadd(config.keys.statics, name)

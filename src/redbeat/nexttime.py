@@ -26,7 +26,7 @@ from typing import Any
 from celery import schedules as celery_schedules
 from celery.utils.time import delta_resolution
 
-from .schedules import rrule
+from .schedules import clocked, rrule
 
 UTC = timezone.utc
 #: A crontab that matches no day within eight years (Feb 29 on a given weekday
@@ -208,3 +208,17 @@ def _crontab_next(schedule: celery_schedules.crontab, after: datetime) -> dateti
 @first_due.register
 def _crontab_first(schedule: celery_schedules.crontab, now: datetime) -> datetime | None:
     return cron_next(schedule, now, schedule.tz, inclusive=True)
+
+
+# -- clocked (one-off) ---------------------------------------------------------------
+
+
+@next_after.register
+def _clocked_next(schedule: clocked, after: datetime) -> datetime | None:
+    run_at = utc(schedule.run_at)
+    return run_at if run_at > utc(after) else None
+
+
+@first_due.register
+def _clocked_first(schedule: clocked, now: datetime) -> datetime | None:
+    return utc(schedule.run_at)  # even if it passed while nobody ran: it runs once

@@ -32,8 +32,9 @@ from .entry import (
     meta_json,
     to_score,
 )
-from .keys import PARKED_SCORE
-from .nexttime import first_due, latest_slot, next_after
+from .keys import HISTORY, META, MISFIRES, PARKED_SCORE, QUARANTINE
+from .nexttime import first_due, next_after
+from .policy import EntryPolicy, misfire_record
 from .store import Op, Row
 
 logger = logging.getLogger("celery.beat")
@@ -72,6 +73,7 @@ class Policy:
     deterministic_task_ids: bool = True
     at_least_once: bool = True
     history_length: int = 10
+    misfire_grace_time: float | None = None
 
 
 def pending_message(row: Row, claim: Claim, now: datetime, node: str,
@@ -91,23 +93,26 @@ def pending_message(row: Row, claim: Claim, now: datetime, node: str,
 RECORD_START = '{"task_id":'
 
 
-def _history(row: Row, claim: Claim, now: datetime, policy: Policy) -> str:
-    """The entry's history with this dispatch in front, newest first, bounded."""
-    if policy.history_length <= 0:
+def _history(row: Row, claims: list[Claim], now: datetime, policy: Policy) -> str:
+    """The entry's history with this tick's dispatches in front, newest first, bounded;
+    '' when nothing changes."""
+    if policy.history_length <= 0 or not claims:
         return ""
-    record = json.dumps({"task_id": claim.task_id, "due": claim.due.isoformat(),
-                         "claimed_at": now.isoformat(), "node": policy.node})
+    records = [json.dumps({"task_id": claim.task_id, "due": claim.due.isoformat(),
+                           "claimed_at": now.isoformat(), "node": policy.node})
+               for claim in reversed(claims)][: policy.history_length]
     text = row.history or ""
-    if text.startswith("[" + RECORD_START) and text.count(RECORD_START) < policy.history_length:
-        return "[" + record + ", " + text[1:]  # prepend without re-parsing
+    if text.startswith("[" + RECORD_START) and \
+            text.count(RECORD_START) + len(records) <= policy.history_length:
+        return "[" + ", ".join(records) + ", " + text[1:]  # prepend without re-parsing
     try:
         previous = json.loads(text) if text else []
     except ValueError:
         previous = []  # history is ours and advisory: a corrupt one is replaced
     if not isinstance(previous, list):
         previous = []
-    kept = [json.dumps(item) for item in previous[: policy.history_length - 1]]
-    return "[" + ", ".join([record, *kept]) + "]"
+    kept = [json.dumps(item) for item in previous[: policy.history_length - len(records)]]
+    return "[" + ", ".join([*records, *kept]) + "]"
 
 
 def quarantine_reason(reason: str, now: datetime, policy: Policy) -> str:
@@ -130,43 +135,68 @@ def plan_row(
         logger.warning("beat: %s is in the schedule but is not an entry hash; removing it",
                        printable(row.key))
         reason = quarantine_reason("the hash has no 'definition' field", now, policy)
-        plan.ops.append(Op("drop", row.key, value=reason, score=PARKED_SCORE))
+        plan.ops.append(Op("drop", row.key, score=PARKED_SCORE, fields=((QUARANTINE, reason),)))
         return
     try:
-        entry = entry_class.decode(app, row.key, row.definition, row.meta, cached=True)
+        entry = entry_class.decode(app, row.key, row.definition, row.meta, cached=True,
+                                   policy=row.policy)
     except InvalidEntry as exc:
         logger.error("beat: Quarantined %s: %s", printable(row.key), printable(exc.reason))
         reason = quarantine_reason(exc.reason, now, policy)
-        plan.ops.append(Op("quarantine", row.key, row.fingerprint, PARKED_SCORE, reason))
+        plan.ops.append(Op("quarantine", row.key, row.fingerprint, PARKED_SCORE,
+                           ((QUARANTINE, reason),)))
         return
     if not entry.enabled:
-        plan.ops.append(Op("score", row.key, row.fingerprint, PARKED_SCORE))
+        plan.ops.append(Op("update", row.key, row.fingerprint, PARKED_SCORE))
         return
-    due = (next_after(entry.schedule, entry.last_run_at) if entry.last_run_at
-           else first_due_time(entry, row, now))
+    rules = entry.policy.with_default_grace(policy.misfire_grace_time)
+    due = rules.window(entry.schedule, next_after(entry.schedule, entry.last_run_at)
+                       if entry.last_run_at else first_due_time(entry, row, now))
     if due is None:
         logger.info("beat: %s has no more runs; parked", entry.name)
-        plan.ops.append(Op("score", row.key, row.fingerprint, PARKED_SCORE))
+        plan.ops.append(Op("update", row.key, row.fingerprint, PARKED_SCORE,
+                           expire=int(rules.ttl or 0)))
         return
-    if due > now:
+    send_at = due + rules.delay(entry.name, due)
+    if send_at > now:
         # stored early (written by celery-redbeat or by hand): correct it, send nothing
-        plan.ops.append(Op("score", row.key, row.fingerprint, to_score(due)))
+        plan.ops.append(Op("update", row.key, row.fingerprint, to_score(send_at)))
         return
-    slot = latest_slot(entry.schedule, due, now)
-    if slot != due:
-        logger.info("beat: %s missed slots from %s; one catch-up run for %s",
-                    entry.name, due.isoformat(), slot.isoformat())
-    task_id = slot_task_id(entry.name, slot) if policy.deterministic_task_ids else str(uuid.uuid4())
-    claim = Claim(task_id, entry, slot)
-    following = next_after(entry.schedule, slot)
-    plan.ops.append(Op(
-        "claim", row.key, row.fingerprint, to_score(following),
-        meta_json(slot, entry.total_run_count + 1),
-        _history(row, claim, now, policy),
-        task_id if policy.at_least_once else "",
-        pending_message(row, claim, now, policy.node) if policy.at_least_once else "",
-    ))
-    plan.claims.append(claim)
+    _claim(row, entry, rules, due, now, policy, plan)
+
+
+def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, due: datetime,
+           now: datetime, policy: Policy, plan: Plan) -> None:
+    """Claim the slots of a due entry: coalesced or one by one, minus those too late."""
+    slots, coalesced = rules.missed(entry.schedule, due, now)
+    runs = [slot for slot in slots if not rules.too_late(slot + rules.delay(entry.name, slot),
+                                                         now)]
+    skipped = [slot for slot in slots if slot not in runs]
+    if coalesced:
+        logger.info("beat: %s missed %d slot(s) from %s; one catch-up run for %s",
+                    entry.name, coalesced + 1, due.isoformat(), slots[-1].isoformat())
+    if skipped:
+        logger.warning("beat: %s: %d slot(s) past the misfire grace time skipped (last %s)",
+                       entry.name, len(skipped), skipped[-1].isoformat())
+    claims = [Claim(slot_task_id(entry.name, slot) if policy.deterministic_task_ids
+                    else str(uuid.uuid4()), entry, slot) for slot in runs]
+    fields = [(META, meta_json(slots[-1], entry.total_run_count + len(runs)))]
+    history = _history(row, claims, now, policy)
+    if history:
+        fields.append((HISTORY, history))
+    misfires = misfire_record(row.misfires, len(skipped), coalesced,
+                              skipped[-1] if skipped else None)
+    if misfires:
+        fields.append((MISFIRES, misfires))
+    pending = tuple((claim.task_id, pending_message(row, claim, now, policy.node))
+                    for claim in claims) if policy.at_least_once else ()
+    following = rules.window(entry.schedule, next_after(entry.schedule, slots[-1]))
+    score = PARKED_SCORE if following is None else to_score(
+        following + rules.delay(entry.name, following))
+    expire = int(rules.ttl or 0) if following is None else 0
+    plan.ops.append(Op("update", row.key, row.fingerprint, score, tuple(fields), pending,
+                       expire))
+    plan.claims.extend(claims)
 
 
 def plan_batch(
@@ -181,7 +211,8 @@ def plan_batch(
             # Whatever an entry holds, it must not stop the others: quarantine it.
             logger.exception("beat: Quarantined %s: planning it failed", printable(row.key))
             reason = quarantine_reason(f"planning failed: {exc!r}", now, policy)
-            plan.ops.append(Op("quarantine", row.key, row.fingerprint, PARKED_SCORE, reason))
+            plan.ops.append(Op("quarantine", row.key, row.fingerprint, PARKED_SCORE,
+                           ((QUARANTINE, reason),)))
     return plan
 
 

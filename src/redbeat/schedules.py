@@ -178,3 +178,26 @@ class crontab(_ScheduleProtocol, celery_schedules.crontab):
 
 def _rebuild_crontab(fields: tuple, zone: str | None) -> crontab:
     return crontab(*fields, timezone=zone)
+
+
+class clocked(_ScheduleProtocol):
+    """Run once, at ``run_at``; then the entry is finished (parked, never read by ticks).
+
+    A ``run_at`` that passed while no scheduler ran still runs once when one starts
+    (unless the entry's misfire grace time says it is too late).
+    """
+
+    def __init__(self, run_at: datetime, nowfun: Any = None, app: Any = None) -> None:
+        super().__init__(nowfun=nowfun, app=app)
+        self.run_at = run_at if run_at.tzinfo else run_at.replace(tzinfo=UTC)
+
+    def __repr__(self) -> str:
+        return f"<clocked: {self.run_at.isoformat()}>"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, clocked):
+            return NotImplemented
+        return self.run_at == other.run_at
+
+    def __reduce__(self) -> Any:
+        return (clocked, (self.run_at,))

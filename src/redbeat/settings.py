@@ -67,6 +67,7 @@ class RedBeatConfig:
     exit_on_lock_loss: bool = False
     history_length: int = DEFAULT_HISTORY_LENGTH
     refuse_evicting_redis: bool = False
+    misfire_grace_time: float | None = None
     redis_url_is_fallback: bool = False
 
     def __post_init__(self) -> None:
@@ -114,6 +115,8 @@ class RedBeatConfig:
         self.refuse_evicting_redis = bool(
             conf_lookup(conf, "redbeat_refuse_evicting_redis", False)
         )
+        grace = conf_lookup(conf, "redbeat_misfire_grace_time", None)
+        self.misfire_grace_time = None if grace is None else float(grace)
 
     def _check(self) -> None:
         if self.delivery not in (AT_LEAST_ONCE, AT_MOST_ONCE):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from .keys import CHANGED, DEFINITION, META, QUARANTINE, KeyLayout
+from .keys import CHANGED, DEFINITION, META, POLICY, QUARANTINE, KeyLayout
 from .retry import RetryPolicy
 
 
@@ -36,7 +36,9 @@ class Row:
     score: float
     definition: str | None
     meta: str | None
-    history: str | None
+    history: str | None = None
+    policy: str | None = None
+    misfires: str | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -61,14 +63,19 @@ class Op:
     key: str
     fingerprint: str = ""
     score: float = 0.0
-    value: str = ""
-    history: str = ""
-    pending_id: str = ""
-    pending_message: str = ""
+    fields: tuple[tuple[str, str], ...] = ()
+    pending: tuple[tuple[str, str], ...] = ()
+    expire: int = 0
 
     def args(self) -> list[Any]:
-        return [self.kind, self.key, self.fingerprint, repr(self.score), self.value,
-                self.history, self.pending_id, self.pending_message]
+        args: list[Any] = [self.kind, self.key, self.fingerprint, repr(self.score),
+                           self.expire, len(self.fields)]
+        for pair in self.fields:
+            args.extend(pair)
+        args.append(len(self.pending))
+        for pair in self.pending:
+            args.extend(pair)
+        return args
 
 
 @dataclass(frozen=True)
@@ -148,8 +155,8 @@ class ScheduleStore:
         pending = dict(zip(flat_pending[0::2], flat_pending[1::2], strict=True))
         flat = reply[3]
         rows = [
-            Row(flat[i], float(flat[i + 1]), flat[i + 2], flat[i + 3], flat[i + 4])
-            for i in range(0, len(flat), 5)
+            Row(flat[i], float(flat[i + 1]), *flat[i + 2:i + 7])
+            for i in range(0, len(flat), 7)
         ]
         return Fetch(status, next_score=next_score, pending=pending, rows=rows)
 
@@ -220,17 +227,25 @@ class ScheduleStore:
 
     # -- single entries (the Python API and the CLI) -------------------------------------
 
-    def load(self, key: str) -> tuple[str | None, str | None]:
-        return tuple(self.policy.call(lambda: self.client.hmget(key, DEFINITION, META)))
+    def load(self, key: str) -> tuple[str | None, str | None, str | None]:
+        """An entry's definition, meta and policy."""
+        return tuple(self.policy.call(
+            lambda: self.client.hmget(key, DEFINITION, META, POLICY)))
 
     def load_full(self, key: str) -> dict[str, str]:
         return self.policy.call(lambda: self.client.hgetall(key))
 
-    def save(self, key: str, definition: str, meta: str, score: float, changed: str) -> None:
-        """Definition always, meta only when absent (a re-save keeps the run history)."""
+    def save(self, key: str, definition: str, meta: str, score: float, changed: str,
+             policy: str | None = None) -> None:
+        """Definition always, meta only when absent (a re-save keeps the run history);
+        the policy field only for entries that have one."""
         def write() -> None:
             with self.client.pipeline(transaction=True) as pipe:
                 pipe.hset(key, mapping={DEFINITION: definition, CHANGED: changed})
+                if policy is None:
+                    pipe.hdel(key, POLICY)
+                else:
+                    pipe.hset(key, POLICY, policy)
                 pipe.hsetnx(key, META, meta)
                 pipe.hdel(key, QUARANTINE)
                 pipe.zadd(self.keys.schedule, {key: score})

@@ -8,19 +8,19 @@
 -- KEYS[3] - pending hash
 -- ARGV[1] - lock token of this node; '' when locking is disabled
 -- ARGV[2] - lock timeout, milliseconds
--- ARGV[3..] - operations, 8 arguments each:
---   kind, key, fingerprint, score, value, aux1, aux2, aux3
+-- ARGV[3..] - operations, each:
+--   kind, key, fingerprint, score, expire_seconds, N, N field/value pairs,
+--   P, P task_id/message pairs
 --
 -- Operation kinds:
---   'claim'      meta := value; history := aux1 ('' keeps it); when aux2 is not '',
---                pending[aux2] := aux3 (the message, until its publish is confirmed)
---   'score'      set the score only (not due yet, disabled, finished)
---   'quarantine' quarantine := value (the reason); score is the parked -1
+--   'update'     if unchanged: write the fields (new meta, history, misfires), record
+--                the pending slots (messages kept until their publish is confirmed),
+--                clear an earlier quarantine, set the score, and EXPIRE the hash when
+--                expire_seconds > 0 (a finished entry with a time-to-live)
+--   'quarantine' if unchanged, or if the hash has no definition to fingerprint: write
+--                the fields (the reason) and set the score (the parked -1)
 --   'drop'       the hash is gone (or the key is not a hash): remove the member; if a
---                hash exists after all (without a definition), quarantine it with
---                reason = value
--- Every kind but 'drop' also sets the score and, except 'quarantine', clears any
--- earlier quarantine reason.
+--                hash exists after all, write the fields (the reason) and the score
 --
 -- returns {'ok', applied} or {'lost', holder|false}
 local token = ARGV[1]
@@ -41,16 +41,28 @@ local function flush(command, key, args)
     redis.call(command, key, unpack(args, first, math.min(first + 1999, #args)))
   end
 end
+local function write_fields(key, first, count)
+  if count > 0 then
+    redis.call('HSET', key, unpack(ARGV, first, first + 2 * count - 1))
+  end
+end
 
 local applied = 0
-for i = 3, #ARGV, 8 do
+local i = 3
+while i <= #ARGV do
   local kind, key, fingerprint, score = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local value, aux1, aux2, aux3 = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
+  local expire = tonumber(ARGV[i + 4])
+  local field_count = tonumber(ARGV[i + 5])
+  local fields_at = i + 6
+  local pending_count = tonumber(ARGV[fields_at + 2 * field_count])
+  local pending_at = fields_at + 2 * field_count + 1
+  i = pending_at + 2 * pending_count
+
   if kind == 'drop' then
     if redis.call('TYPE', key).ok ~= 'hash' then
       redis.call('ZREM', KEYS[1], key)
     else
-      redis.call('HSET', key, 'quarantine', value)
+      write_fields(key, fields_at, field_count)
       scores[#scores + 1] = score
       scores[#scores + 1] = key
     end
@@ -59,24 +71,17 @@ for i = 3, #ARGV, 8 do
     local current = redis.call('HMGET', key, 'definition', 'meta', 'quarantine')
     local unchanged = current[1] and
       redis.sha1hex(current[1] .. '\n' .. (current[2] or '')) == fingerprint
-    if unchanged or (not current[1] and kind == 'quarantine') then
-      -- (a hash without a definition cannot be fingerprinted: park it with its reason)
-      if kind == 'quarantine' then
-        redis.call('HSET', key, 'quarantine', value)
-      else
-        if kind == 'claim' then
-          if aux1 ~= '' then
-            redis.call('HSET', key, 'meta', value, 'history', aux1)
-          else
-            redis.call('HSET', key, 'meta', value)
-          end
-          if aux2 ~= '' then
-            pending[#pending + 1] = aux2
-            pending[#pending + 1] = aux3
-          end
+    if unchanged or (kind == 'quarantine' and not current[1]) then
+      write_fields(key, fields_at, field_count)
+      if kind == 'update' then
+        for p = pending_at, pending_at + 2 * pending_count - 1 do
+          pending[#pending + 1] = ARGV[p]
         end
         if current[3] then
           redis.call('HDEL', key, 'quarantine')
+        end
+        if expire > 0 then
+          redis.call('EXPIRE', key, expire)
         end
       end
       scores[#scores + 1] = score

@@ -17,7 +17,8 @@
 --         {'acquired'} when this call just took the lock (nothing read yet);
 --         {'leader', next_score|false, pending, rows} otherwise, where
 --           pending = {task_id, message, ...} and
---           rows = {key, score, definition|false, meta|false, history|false, ...}
+--           rows = {key, score, definition|false, meta|false, history|false,
+--                   policy|false, misfires|false, ...}
 local token = ARGV[3]
 if token ~= '' then
   local holder = redis.call('GET', KEYS[2])
@@ -37,15 +38,16 @@ local due = redis.call('ZRANGEBYSCORE', KEYS[1], 0, ARGV[1], 'WITHSCORES', 'LIMI
 local rows = {}
 for i = 1, #due, 2 do
   local key = due[i]
-  local fields = redis.pcall('HMGET', key, 'definition', 'meta', 'history')
+  local fields = redis.pcall('HMGET', key, 'definition', 'meta', 'history', 'policy',
+                             'misfires')
   if fields.err then
-    fields = {false, false, false}  -- not a hash: reported as gone, commit.lua drops it
+    fields = {false, false, false, false, false}  -- not a hash: commit.lua drops it
   end
   rows[#rows + 1] = key
   rows[#rows + 1] = due[i + 1]
-  rows[#rows + 1] = fields[1]
-  rows[#rows + 1] = fields[2]
-  rows[#rows + 1] = fields[3]
+  for f = 1, 5 do
+    rows[#rows + 1] = fields[f]
+  end
 end
 
 local pending = {}

@@ -1,0 +1,165 @@
+"""Per-entry scheduling policy: active window, misfires, catch-up, jitter, retention.
+
+celery-redbeat 2.4.2 passes every key of ``definition`` and ``meta`` to a constructor, so
+an unknown key there breaks it. The policy therefore lives in its own hash field,
+``policy``, written only for entries that use it; entries without one are exactly as
+2.4.2 writes them. Shape (every key optional):
+
+    {"start_time": <datetime>, "end_time": <datetime>, "misfire_grace_time": <seconds>,
+     "coalesce": true, "max_catch_up": 10, "jitter": <seconds>, "ttl": <seconds>}
+
+Datetimes are tagged (``{"__type__": "datetime", ...}``) as everywhere else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime, timedelta
+from typing import Any
+
+from . import decoder
+from .nexttime import first_due, latest_slot, next_after, utc
+
+MAX_CATCH_UP_LIMIT = 1000
+
+
+@dataclass(frozen=True)
+class EntryPolicy:
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    #: A slot sent later than this many seconds after its due time is skipped instead.
+    misfire_grace_time: float | None = None
+    #: Several missed slots run once (the latest); False runs each, up to max_catch_up.
+    coalesce: bool = True
+    max_catch_up: int = 10
+    #: Send each slot up to this many seconds late, the same delay for the same slot on
+    #: every node, so a thousand identical crontabs do not hit the broker at once.
+    jitter: float = 0.0
+    #: Seconds a finished entry (a one-off that ran, an ended window) is kept.
+    ttl: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("misfire_grace_time", "jitter", "ttl"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or
+                                      not isinstance(value, (int, float)) or value < 0):
+                raise ValueError(f"policy {name!r} must be a number of seconds >= 0")
+        if not isinstance(self.coalesce, bool):
+            raise ValueError("policy 'coalesce' must be true or false")
+        if isinstance(self.max_catch_up, bool) or not isinstance(self.max_catch_up, int) \
+                or not 1 <= self.max_catch_up <= MAX_CATCH_UP_LIMIT:
+            raise ValueError(f"policy 'max_catch_up' must be 1..{MAX_CATCH_UP_LIMIT}")
+        for name in ("start_time", "end_time"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, datetime):
+                raise ValueError(f"policy {name!r} must be a datetime")
+        if self.start_time and self.end_time and utc(self.end_time) <= utc(self.start_time):
+            raise ValueError("policy 'end_time' must be after 'start_time'")
+
+    @property
+    def is_default(self) -> bool:
+        return self == EntryPolicy()
+
+    def to_json(self) -> str | None:
+        """The ``policy`` field, or None when every value is the default."""
+        changed = {name: value for name, value in asdict(self).items()
+                   if value != getattr(DEFAULT, name)}
+        return decoder.dumps(changed) if changed else None
+
+    @classmethod
+    def from_json(cls, text: str | None) -> EntryPolicy:
+        if not text:
+            return DEFAULT
+        try:
+            values = decoder.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"policy: {exc}") from exc
+        if not isinstance(values, dict):
+            raise ValueError("policy must be a JSON object")
+        known = {f.name for f in fields(cls)}
+        unknown = set(values) - known
+        if unknown:
+            raise ValueError(f"policy has unknown keys: {', '.join(sorted(unknown))}")
+        return cls(**values)
+
+    def with_default_grace(self, grace: float | None) -> EntryPolicy:
+        if self.misfire_grace_time is not None or grace is None:
+            return self
+        return EntryPolicy(**{**asdict(self), "misfire_grace_time": grace})
+
+    # -- decisions -----------------------------------------------------------------------
+
+    def window(self, schedule: Any, due: datetime | None) -> datetime | None:
+        """``due`` moved into the active window: not before start_time; None after end."""
+        if due is not None and self.start_time is not None and due < utc(self.start_time):
+            due = first_due(schedule, utc(self.start_time))
+        if due is None or self.end_time is not None and due > utc(self.end_time):
+            return None
+        return due
+
+    def delay(self, name: str, due: datetime) -> timedelta:
+        """The jitter of one slot: a fixed fraction of ``jitter`` from the slot's id."""
+        if not self.jitter:
+            return timedelta()
+        digest = hashlib.sha1(f"{name}:{round(due.timestamp() * 1000)}".encode()).digest()
+        fraction = int.from_bytes(digest[:8], "big") / 2**64
+        return timedelta(seconds=self.jitter * fraction)
+
+    def missed(self, schedule: Any, due: datetime, now: datetime) -> tuple[list[datetime], int]:
+        """The slots to run now (oldest first) and how many more were missed.
+
+        Coalescing keeps only the latest slot; otherwise the latest ``max_catch_up``."""
+        if self.coalesce:
+            latest = latest_slot(schedule, due, now)
+            return [latest], 0 if latest == due else _count(schedule, due, latest) - 1
+        slots = [due]
+        total = 1
+        following = next_after(schedule, due)
+        while following is not None and following <= now and total < 100_000:
+            total += 1
+            slots.append(following)
+            slots = slots[-self.max_catch_up:]
+            following = next_after(schedule, following)
+        return slots, total - len(slots)
+
+    def too_late(self, slot: datetime, now: datetime) -> bool:
+        grace = self.misfire_grace_time
+        return grace is not None and (now - slot).total_seconds() > grace
+
+
+def _count(schedule: Any, first: datetime, last: datetime) -> int:
+    """Slots from ``first`` to ``last`` inclusive (bounded; for the misfire record)."""
+    every = getattr(schedule, "run_every", None)
+    if every is not None and not getattr(schedule, "relative", False) and every.total_seconds():
+        return int((last - first).total_seconds() // every.total_seconds()) + 1
+    count, slot = 1, first
+    while slot < last and count < 100_000:
+        following = next_after(schedule, slot)
+        if following is None:
+            break
+        slot, count = following, count + 1
+    return count
+
+
+DEFAULT = EntryPolicy()
+
+
+def misfire_record(previous: str | None, skipped: int, coalesced: int,
+                   last_skipped: datetime | None) -> str | None:
+    """The ``misfires`` field after this tick: counts of slots skipped (too late) and
+    coalesced (folded into a catch-up run); None when nothing changed."""
+    if not skipped and not coalesced:
+        return None
+    try:
+        record = json.loads(previous) if previous else {}
+    except ValueError:
+        record = {}
+    if not isinstance(record, dict):
+        record = {}
+    record["skipped"] = int(record.get("skipped", 0)) + skipped
+    record["coalesced"] = int(record.get("coalesced", 0)) + coalesced
+    if last_skipped is not None:
+        record["last_skipped"] = last_skipped.isoformat()
+    return json.dumps(record)
