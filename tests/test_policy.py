@@ -1,0 +1,160 @@
+"""Per-entry semantics through the real tick with a controlled clock: one-off entries,
+start/end windows, misfire grace, catch-up, jitter, retention."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from redbeat import RedBeatSchedulerEntry
+from redbeat.entry import InvalidEntry
+from redbeat.policy import EntryPolicy
+from redbeat.schedulers import get_redis
+from redbeat.schedules import clocked
+from test_scheduler import T0, Clock, at, leader
+
+
+def names(scheduler):
+    return [task_id for _, task_id in scheduler.sent]
+
+
+def test_one_off_runs_once_then_is_finished_and_expires(app):
+    clock = Clock()
+    RedBeatSchedulerEntry("once", "tasks.once", clocked(at(5)), ttl=3600, app=app).save()
+    scheduler = leader(app, clock)
+    scheduler.tick()
+    assert scheduler.sent == []
+    clock.now = T0 + 5
+    scheduler.tick()
+    clock.now = T0 + 500
+    scheduler.tick()
+    assert names(scheduler) == [f"once:{round((T0 + 5) * 1000)}"]
+    client = get_redis(app)
+    assert client.zscore("redbeat::schedule", "redbeat:once") == -1  # parked, never read
+    assert 0 < client.ttl("redbeat:once") <= 3600
+    assert json.loads(client.hget("redbeat:once", "meta"))["total_run_count"] == 1
+
+
+def test_one_off_in_the_past_runs_once_when_beat_starts(app):
+    RedBeatSchedulerEntry("late", "tasks.once", clocked(at(-600)), app=app).save()
+    scheduler = leader(app, Clock())
+    scheduler.tick()
+    scheduler.tick()
+    assert len(scheduler.sent) == 1
+
+
+def test_one_off_raw_json(app):
+    client = get_redis(app)
+    client.hset("redbeat:raw-once", "definition", json.dumps({
+        "name": "raw-once", "task": "tasks.once",
+        "schedule": {"__type__": "clocked", "run_at": {
+            "__type__": "datetime", "year": 2026, "month": 11, "day": 23, "hour": 12,
+            "minute": 0, "second": 3, "microsecond": 0, "timezone": "UTC"}}}))
+    client.zadd("redbeat::schedule", {"redbeat:raw-once": 0})
+    clock = Clock(T0 + 10)
+    scheduler = leader(app, clock)
+    scheduler.tick()
+    assert names(scheduler) == [f"raw-once:{round((T0 + 3) * 1000)}"]
+
+
+def test_start_and_end_time(app):
+    clock = Clock()
+    RedBeatSchedulerEntry("window", "tasks.w", 10.0, start_time=at(100), end_time=at(125),
+                          app=app).save()
+    scheduler = leader(app, clock)
+    for now in (0, 50, 99, 100, 110, 120, 130, 200):
+        clock.now = T0 + now
+        scheduler.tick()
+    assert names(scheduler) == [f"window:{round((T0 + s) * 1000)}" for s in (100, 110, 120)]
+    assert get_redis(app).zscore("redbeat::schedule", "redbeat:window") == -1
+
+
+def test_misfire_grace_skips_a_late_slot_and_records_it(app):
+    clock = Clock()
+    # slots at -280, -220, -160, -100, -40: the latest is 40 s late
+    RedBeatSchedulerEntry("strict", "tasks.s", 60.0, last_run_at=at(-340),
+                          misfire_grace_time=30, app=app).save()
+    RedBeatSchedulerEntry("lenient", "tasks.l", 60.0, last_run_at=at(-340), app=app).save()
+    scheduler = leader(app, clock)
+    scheduler.tick()
+    assert [task.split(":")[0] for task in names(scheduler)] == ["lenient"]
+    record = json.loads(get_redis(app).hget("redbeat:strict", "misfires"))
+    assert record["skipped"] == 1 and record["coalesced"] == 4
+    clock.now = T0 + 20
+    scheduler.tick()  # back on schedule: the next slot is on time and runs
+    assert "strict" in [task.split(":")[0] for task in names(scheduler)]
+
+
+def test_global_misfire_grace_default(redis_server):
+    from conftest import make_app
+
+    app = make_app(redis_server.url, redbeat_misfire_grace_time=10)
+    RedBeatSchedulerEntry("late", "tasks.l", 60.0, last_run_at=at(-60 - 30), app=app).save()
+    scheduler = leader(app, Clock())
+    scheduler.tick()
+    assert scheduler.sent == []
+
+
+def test_without_coalescing_each_missed_slot_runs_up_to_the_bound(app):
+    RedBeatSchedulerEntry("each", "tasks.e", 60.0, last_run_at=at(-60 * 10), coalesce=False,
+                          max_catch_up=3, app=app).save()
+    scheduler = leader(app, Clock())
+    scheduler.tick()
+    assert names(scheduler) == [f"each:{round((T0 + s) * 1000)}" for s in (-120, -60, 0)]
+    entry = RedBeatSchedulerEntry.from_key("redbeat:each", app=app)
+    assert entry.total_run_count == 3 and entry.last_run_at == at(0)
+    record = json.loads(get_redis(app).hget("redbeat:each", "misfires"))
+    assert record["coalesced"] == 7  # the older missed slots beyond the bound
+
+
+def test_jitter_delays_the_send_but_keeps_the_slot_id(app):
+    clock = Clock()
+    for i in range(20):
+        RedBeatSchedulerEntry(f"j{i}", "tasks.j", 3600.0, last_run_at=at(-3600), jitter=30,
+                              app=app).save()
+    scheduler = leader(app, clock)
+    sent_at = {}
+    for step in range(0, 32):
+        clock.now = T0 + step
+        before = len(scheduler.sent)
+        scheduler.tick()
+        for _, task_id in scheduler.sent[before:]:
+            sent_at[task_id] = step
+    assert len(sent_at) == 20
+    assert all(task_id.endswith(f":{round(T0 * 1000)}") for task_id in sent_at)
+    assert len(set(sent_at.values())) > 5  # spread over the window, not all at once
+    policy = EntryPolicy(jitter=30)
+    assert policy.delay("j1", at(0)) == policy.delay("j1", at(0))  # same on every node
+
+
+def test_entries_without_policy_stay_242_compatible(app):
+    RedBeatSchedulerEntry("plain", "tasks.p", 5.0, app=app).save()
+    assert not get_redis(app).hexists("redbeat:plain", "policy")
+    RedBeatSchedulerEntry("windowed", "tasks.p", 5.0, end_time=at(10), app=app).save()
+    stored = json.loads(get_redis(app).hget("redbeat:windowed", "policy"))
+    assert list(stored) == ["end_time"] and stored["end_time"]["__type__"] == "datetime"
+    definition = json.loads(get_redis(app).hget("redbeat:windowed", "definition"))
+    assert set(definition) == {"name", "task", "args", "kwargs", "options", "schedule",
+                               "enabled"}
+
+
+@pytest.mark.parametrize("policy", ['{"jitter": -1}', '{"color": "red"}', '[1]',
+                                    '{"coalesce": "yes"}', '{"max_catch_up": 0}'])
+def test_bad_policy_is_poison(app, policy):
+    with pytest.raises(InvalidEntry):
+        RedBeatSchedulerEntry.decode(app, "redbeat:x", json.dumps({
+            "name": "x", "task": "t", "schedule": {"__type__": "interval", "every": 1}}),
+            None, policy=policy)
+
+
+def test_policy_round_trip():
+    policy = EntryPolicy(start_time=datetime(2026, 1, 1, tzinfo=timezone.utc),
+                         end_time=datetime(2027, 1, 1, tzinfo=timezone.utc),
+                         misfire_grace_time=30, coalesce=False, max_catch_up=5, jitter=2.5,
+                         ttl=86400)
+    assert EntryPolicy.from_json(policy.to_json()) == policy
+    assert EntryPolicy().to_json() is None
+    assert EntryPolicy.from_json(None) == EntryPolicy()
+    assert policy.window(None, policy.end_time + timedelta(seconds=1)) is None
