@@ -1,0 +1,146 @@
+"""Daylight-saving transitions through the real tick with a controlled clock.
+
+The rule (docs/semantics.md): a wall time that does not exist runs once, shifted
+forward by the length of the gap; a wall time that happens twice runs once, at its
+first occurrence, unless the crontab runs every hour, which then runs at both.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from conftest import make_app
+from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
+from redbeat.schedules import crontab, rrule
+
+UTC = timezone.utc
+
+
+class Recording(RedBeatScheduler):
+    def __init__(self, *args, **kwargs):
+        self.sent: list[tuple[str, datetime]] = []
+        super().__init__(*args, **kwargs)
+
+    def apply_async(self, entry, producer=None, advance=True, **kwargs):
+        due_ms = int(entry.options["task_id"].rsplit(":", 1)[1])
+        self.sent.append((entry.name, datetime.fromtimestamp(due_ms / 1000, tz=UTC)))
+
+
+def run_between(app, start: datetime, end: datetime, restart_at: datetime | None = None,
+                step: timedelta = timedelta(minutes=5)) -> list[tuple[str, datetime]]:
+    """Tick every ``step`` from ``start`` to ``end``; optionally a new beat midway."""
+    now = [start.timestamp()]
+    scheduler = Recording(app, clock=lambda: now[0])
+    sent: list[tuple[str, datetime]] = []
+    moment = start
+    while moment <= end:
+        if restart_at is not None and moment >= restart_at:
+            sent += scheduler.sent
+            scheduler.close()
+            scheduler = Recording(app, clock=lambda: now[0])
+            restart_at = None
+        now[0] = moment.timestamp()
+        scheduler.tick()
+        scheduler.tick()
+        moment += step
+    sent += scheduler.sent
+    scheduler.close()
+    return sent
+
+
+def local(zone: str, *fields: int, fold: int = 0) -> datetime:
+    return datetime(*fields, tzinfo=ZoneInfo(zone), fold=fold).astimezone(UTC)
+
+
+def save(app, name, schedule, start):
+    RedBeatSchedulerEntry(name, "tasks.dst", schedule, app=app,
+                          last_run_at=start - timedelta(seconds=1)).save()
+
+
+LONDON, NEW_YORK = "Europe/London", "America/New_York"
+CASES = [
+    # zone, transition day (local), wall time in the gap or overlap, expected run(s)
+    (LONDON, "spring", (2026, 3, 29), (1, 30), [(LONDON, (2026, 3, 29, 2, 30))]),
+    (LONDON, "autumn", (2026, 10, 25), (1, 30), [(LONDON, (2026, 10, 25, 1, 30))]),
+    (NEW_YORK, "spring", (2026, 3, 8), (2, 30), [(NEW_YORK, (2026, 3, 8, 3, 30))]),
+    (NEW_YORK, "autumn", (2026, 11, 1), (1, 30), [(NEW_YORK, (2026, 11, 1, 1, 30))]),
+    ("Australia/Lord_Howe", "spring", (2026, 10, 4), (2, 15),
+     [("Australia/Lord_Howe", (2026, 10, 4, 2, 45))]),
+    ("Australia/Lord_Howe", "autumn", (2026, 4, 5), (1, 45),
+     [("Australia/Lord_Howe", (2026, 4, 5, 1, 45))]),
+]
+
+
+@pytest.mark.parametrize(("zone", "season", "day", "wall", "expected"), CASES,
+                         ids=[f"{c[0]}-{c[1]}" for c in CASES])
+@pytest.mark.parametrize("kind", ["crontab", "rrule"])
+def test_daily_job_on_transition_night_runs_exactly_once(redis_server, zone, season, day,
+                                                         wall, expected, kind):
+    app = make_app(redis_server.url)
+    start = local(zone, *day, 0, 0) - timedelta(hours=12)
+    end = start + timedelta(hours=36)
+    hour, minute = wall
+    if kind == "crontab":
+        schedule = crontab(minute=minute, hour=hour, timezone=zone)
+    else:
+        schedule = rrule("DAILY", dtstart=datetime(2026, 1, 1, hour, minute), timezone=zone)
+    save(app, "daily", schedule, start)
+    sent = [due for name, due in run_between(app, start, end) if name == "daily"]
+    day_of = datetime(*day).date()
+    transition = [due for due in sent if due.astimezone(ZoneInfo(zone)).date() == day_of]
+    assert transition == [local(z, *fields) for z, fields in expected]
+
+
+@pytest.mark.parametrize(("zone", "spring", "autumn"), [
+    ("Europe/London", (2026, 3, 29), (2026, 10, 25)),
+    ("America/New_York", (2026, 3, 8), (2026, 11, 1)),
+])
+def test_hourly_job_stays_hourly_in_real_time(redis_server, zone, spring, autumn):
+    app = make_app(redis_server.url)
+    for day, season in ((spring, "spring"), (autumn, "autumn")):
+        start = local(zone, *day, 0, 0) - timedelta(hours=3)
+        end = start + timedelta(hours=8)
+        name = f"hourly-{season}"
+        save(app, name, crontab(minute=30, timezone=zone), start)
+        sent = sorted(due for n, due in run_between(app, start, end) if n == name)
+        gaps = {b - a for a, b in zip(sent, sent[1:], strict=False)}
+        assert gaps == {timedelta(hours=1)}, (season, sent)
+        assert len(sent) == 8
+
+
+def test_restart_in_the_middle_of_a_fall_back_hour_neither_repeats_nor_skips(redis_server):
+    app = make_app(redis_server.url)
+    zone = "Europe/London"
+    start = local(zone, 2026, 10, 24, 22, 0)
+    end = local(zone, 2026, 10, 25, 4, 0)
+    save(app, "hourly", crontab(minute="*/20", timezone=zone), start)
+    save(app, "daily", crontab(minute=30, hour=1, timezone=zone), start)
+    restart = local(zone, 2026, 10, 25, 1, 35, fold=1)  # inside the second 01:xx
+    sent = run_between(app, start, end, restart_at=restart)
+    hourly = sorted(due for name, due in sent if name == "hourly")
+    assert len(hourly) == len(set(hourly))
+    assert {b - a for a, b in zip(hourly, hourly[1:], strict=False)} == {timedelta(minutes=20)}
+    assert [due for name, due in sent if name == "daily"] == [local(zone, 2026, 10, 25, 1, 30)]
+
+
+def test_intervals_ignore_dst(redis_server):
+    app = make_app(redis_server.url, timezone="Europe/London")
+    start = local("Europe/London", 2026, 3, 28, 22, 0)
+    end = start + timedelta(hours=6)
+    save(app, "every-hour", 3600.0, start)
+    sent = sorted(due for name, due in run_between(app, start, end) if name == "every-hour")
+    assert {b - a for a, b in zip(sent, sent[1:], strict=False)} == {timedelta(hours=1)}
+
+
+def test_app_timezone_crontab_follows_the_app_zone(redis_server):
+    app = make_app(redis_server.url, timezone="America/New_York", enable_utc=True)
+    start = local("America/New_York", 2026, 3, 7, 12, 0)
+    from celery.schedules import crontab as celery_crontab
+
+    save(app, "app-tz", celery_crontab(minute=30, hour=2, app=app), start)
+    sent = [due for name, due in run_between(app, start, start + timedelta(hours=30))
+            if name == "app-tz"]
+    assert sent == [local("America/New_York", 2026, 3, 8, 3, 30)]
