@@ -161,3 +161,18 @@ def test_module_and_celery_subcommand(redis_server, tmp_path):
                                 capture_output=True, text=True, cwd=tmp_path)
     assert via_celery.returncode == 0, via_celery.stderr
     assert "visible" in via_celery.stdout
+
+
+def test_add_with_semantics_options(run, redis_server):
+    result = run("add", "once", "tasks.once", "--at", "2030-01-02T09:00:00", "--tz",
+                 "Europe/Paris", "--ttl", "3600")
+    assert result.exit_code == 0 and "once at 2030-01-02T09:00:00+01:00" in result.output
+    assert run("add", "windowed", "tasks.w", "--every", "1h", "--start", "2030-01-01T00:00:00",
+               "--end", "2030-02-01T00:00:00", "--jitter", "30", "--misfire-grace", "60",
+               "--no-coalesce").exit_code == 0
+    app = make_app(redis_server.url)
+    entry = RedBeatSchedulerEntry.from_key("redbeat:windowed", app=app)
+    policy = entry.policy
+    assert (policy.jitter, policy.misfire_grace_time, policy.coalesce) == (30, 60, False)
+    assert entry.due_at == datetime(2030, 1, 1, tzinfo=timezone.utc)
+    assert RedBeatSchedulerEntry.from_key("redbeat:once", app=app).policy.ttl == 3600

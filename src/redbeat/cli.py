@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import click
 import redis.exceptions
@@ -27,7 +28,8 @@ from . import health, manage
 from .entry import InvalidEntry, RedBeatSchedulerEntry
 from .lock import Holder
 from .nexttime import next_after
-from .schedules import rrule
+from .policy import EntryPolicy
+from .schedules import clocked, rrule
 from .settings import ensure_conf
 
 EXIT_FAILED, EXIT_NOT_FOUND, EXIT_UNREACHABLE, EXIT_INVALID = 1, 3, 4, 5
@@ -102,6 +104,8 @@ def describe(value: Any) -> str:
                 items = rule if isinstance(rule, (list, tuple)) else [rule]
                 parts.append(f"{name.upper()}={','.join(str(item) for item in items)}")
         return "rrule " + ";".join(parts)
+    if isinstance(value, clocked):
+        return f"once at {value.run_at.isoformat()}"
     if isinstance(value, solar):
         return f"solar {value.event} at {value.lat},{value.lon}"
     return repr(value)
@@ -156,6 +160,14 @@ def parse_every(text: str) -> float:
     if seconds <= 0:
         raise ValueError("--every must be positive")
     return seconds
+
+
+def parse_time(text: str, zone: str | None) -> datetime:
+    """An ISO 8601 time; without an offset it is read in ``zone`` (default UTC)."""
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=ZoneInfo(zone) if zone else timezone.utc)
+    return moment
 
 
 def parse_cron(text: str, zone: str | None) -> crontab:
@@ -322,30 +334,48 @@ def show(ctx: click.Context, name: str, runs: int) -> None:
 @click.option("--every", default=None, help="Interval: 30s, 5m, 1h, 1d.")
 @click.option("--cron", default=None, help='Crontab: "*/5 * * * *".')
 @click.option("--rrule", "rrule_text", default=None, help='RFC 5545: "FREQ=DAILY;BYHOUR=9".')
+@click.option("--at", "run_at", default=None, help="One-off: run once at this ISO time.")
 @click.option("--tz", "zone", default=None, help="IANA zone for --cron/--rrule.")
 @click.option("--args", "args_json", default=None, help="Positional arguments, JSON list.")
 @click.option("--kwargs", "kwargs_json", default=None, help="Keyword arguments, JSON object.")
 @click.option("--queue", default=None, help="Queue to send to.")
 @click.option("--disabled", is_flag=True, help="Store it paused.")
+@click.option("--start", default=None, help="Send nothing before this ISO time.")
+@click.option("--end", default=None, help="Send nothing after this ISO time.")
+@click.option("--misfire-grace", type=float, default=None,
+              help="Skip a slot that would be sent more than this many seconds late.")
+@click.option("--no-coalesce", is_flag=True, help="Run each missed slot (bounded).")
+@click.option("--jitter", type=float, default=None, help="Spread sends over this many seconds.")
+@click.option("--ttl", type=float, default=None, help="Seconds to keep it once finished.")
 @click.pass_context
 @command
 def add(ctx: click.Context, name: str, task: str, every: str | None, cron: str | None,
-        rrule_text: str | None, zone: str | None, args_json: str | None,
-        kwargs_json: str | None, queue: str | None, disabled: bool) -> None:
+        rrule_text: str | None, run_at: str | None, zone: str | None, args_json: str | None,
+        kwargs_json: str | None, queue: str | None, disabled: bool, start: str | None,
+        end: str | None, misfire_grace: float | None, no_coalesce: bool,
+        jitter: float | None, ttl: float | None) -> None:
     """Create or replace an entry (its run history is kept)."""
-    given = [option for option in (every, cron, rrule_text) if option]
+    given = [option for option in (every, cron, rrule_text, run_at) if option]
     if len(given) != 1:
-        raise click.UsageError("give exactly one of --every, --cron, --rrule")
+        raise click.UsageError("give exactly one of --every, --cron, --rrule, --at")
     if every:
         chosen: Any = parse_every(every)
     elif cron:
         chosen = parse_cron(cron, zone)
+    elif run_at:
+        chosen = clocked(parse_time(run_at, zone))
     else:
         chosen = parse_rrule(rrule_text or "", zone)
+    policy = EntryPolicy(
+        start_time=parse_time(start, zone) if start else None,
+        end_time=parse_time(end, zone) if end else None, misfire_grace_time=misfire_grace,
+        coalesce=not no_coalesce, jitter=jitter or 0.0, ttl=ttl,
+    )
     entry = RedBeatSchedulerEntry(
         name, task, chosen, args=_json_option(args_json, "--args", list),
         kwargs=_json_option(kwargs_json, "--kwargs", dict),
         options={"queue": queue} if queue else None, enabled=not disabled, app=_app(ctx),
+        policy=policy,
     )
     entry.save(changed_by="cli")
     click.echo(f"saved {name}: {describe(entry.schedule)}, next run "
