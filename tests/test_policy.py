@@ -158,3 +158,22 @@ def test_policy_round_trip():
     assert EntryPolicy().to_json() is None
     assert EntryPolicy.from_json(None) == EntryPolicy()
     assert policy.window(None, policy.end_time + timedelta(seconds=1)) is None
+
+
+def test_catch_up_of_a_dense_rrule_after_long_downtime(app):
+    """Two days of missed secondly slots: one pass over the rule, not one per slot (a
+    per-slot walk rescans the rule from its start each time and never finishes)."""
+    from redbeat.schedules import rrule
+
+    start = at(-2 * 86400)
+    RedBeatSchedulerEntry("dense", "tasks.d", rrule("SECONDLY", dtstart=start), app=app,
+                          last_run_at=start).save()
+    RedBeatSchedulerEntry("dense-each", "tasks.d", rrule("SECONDLY", dtstart=start), app=app,
+                          last_run_at=start, coalesce=False, max_catch_up=2).save()
+    scheduler = leader(app, Clock())
+    scheduler.tick()
+    assert sorted(names(scheduler)) == sorted([
+        f"dense:{round(T0 * 1000)}", f"dense-each:{round((T0 - 1) * 1000)}",
+        f"dense-each:{round(T0 * 1000)}"])
+    record = json.loads(get_redis(app).hget("redbeat:dense", "misfires"))
+    assert record["coalesced"] == 2 * 86400 - 1

@@ -19,6 +19,7 @@ schedule's zone:
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Iterator
 from datetime import date, datetime, timedelta, timezone
 from functools import singledispatch
 from typing import Any
@@ -78,16 +79,26 @@ def _interval_first(schedule: celery_schedules.schedule, now: datetime) -> datet
     return utc(now)
 
 
+@singledispatch
+def slots_between(schedule: Any, first: datetime, last: datetime,
+                  limit: int = MAX_CATCH_UP_STEPS) -> Iterator[datetime]:
+    """The runs from ``first`` (itself a run) to ``last``, inclusive, oldest first; at
+    most ``limit``. One pass: walking an rrule with ``next_after`` again and again would
+    rescan it from its start every time."""
+    slot: datetime | None = first
+    for _ in range(limit):
+        if slot is None or slot > last:
+            return
+        yield slot
+        slot = next_after(schedule, slot)
+
+
+@singledispatch
 def latest_slot(schedule: Any, due: datetime, now: datetime) -> datetime:
     """The last run time at or before ``now``, starting from ``due`` (<= ``now``).
 
     Used to coalesce the slots missed while no scheduler ran into one catch-up run.
     """
-    if isinstance(schedule, celery_schedules.schedule) and not schedule.relative:
-        every = schedule.run_every.total_seconds()
-        if every > 0:
-            steps = int((now - due).total_seconds() // every)
-            return due + timedelta(seconds=every * steps)
     slot = due
     # Jump close to ``now`` first so a minutely crontab after a week of downtime
     # is not walked minute by minute.
@@ -99,12 +110,19 @@ def latest_slot(schedule: Any, due: datetime, now: datetime) -> datetime:
         if candidate is not None and slot < candidate <= now:
             slot = candidate
             break
-    for _ in range(MAX_CATCH_UP_STEPS):
-        following = next_after(schedule, slot)
-        if following is None or following > now:
-            break
-        slot = following
-    return slot
+    latest = slot
+    for latest in slots_between(schedule, slot, now):  # noqa: B007 - the last is wanted
+        pass
+    return latest
+
+
+@latest_slot.register
+def _interval_latest(schedule: celery_schedules.schedule, due: datetime,
+                     now: datetime) -> datetime:
+    every = schedule.run_every.total_seconds()
+    if schedule.relative or every <= 0:
+        return latest_slot.dispatch(object)(schedule, due, now)
+    return due + timedelta(seconds=every * int((now - due).total_seconds() // every))
 
 
 # -- rrule ---------------------------------------------------------------------------
@@ -120,6 +138,22 @@ def _rrule_next(schedule: rrule, after: datetime) -> datetime | None:
 def _rrule_first(schedule: rrule, now: datetime) -> datetime | None:
     upcoming = schedule.rrule.after(utc(now).astimezone(schedule.zone), inc=True)
     return None if upcoming is None else utc(upcoming)
+
+
+@latest_slot.register
+def _rrule_latest(schedule: rrule, due: datetime, now: datetime) -> datetime:
+    latest = schedule.rrule.before(utc(now).astimezone(schedule.zone), inc=True)
+    return due if latest is None or utc(latest) < due else utc(latest)
+
+
+@slots_between.register
+def _rrule_slots(schedule: rrule, first: datetime, last: datetime,
+                 limit: int = MAX_CATCH_UP_STEPS) -> Iterator[datetime]:
+    for moment in schedule.rrule.xafter(utc(first).astimezone(schedule.zone), count=limit,
+                                        inc=True):
+        if utc(moment) > last:
+            return
+        yield utc(moment)
 
 
 # -- crontab -------------------------------------------------------------------------

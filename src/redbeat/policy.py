@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import deque
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any
 
 from . import decoder
-from .nexttime import first_due, latest_slot, next_after, utc
+from .nexttime import first_due, latest_slot, slots_between, utc
 
 MAX_CATCH_UP_LIMIT = 1000
+#: Missed runs counted at most (for the misfires record) after a very long downtime.
+COUNT_LIMIT = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -114,15 +117,21 @@ class EntryPolicy:
         if self.coalesce:
             latest = latest_slot(schedule, due, now)
             return [latest], 0 if latest == due else _count(schedule, due, latest) - 1
-        slots = [due]
-        total = 1
-        following = next_after(schedule, due)
-        while following is not None and following <= now and total < 100_000:
-            total += 1
-            slots.append(following)
-            slots = slots[-self.max_catch_up:]
-            following = next_after(schedule, following)
-        return slots, total - len(slots)
+        latest = latest_slot(schedule, due, now)
+        total = _count(schedule, due, latest)
+        # Walk only the tail: widen a window back from the latest run until it holds
+        # max_catch_up runs (or reaches the first missed one).
+        for window in (60, 3600, 86400, 32 * 86400, 400 * 86400, None):
+            start = due if window is None else max(due, latest - timedelta(seconds=window))
+            first = due if start == due else first_due(schedule, start)
+            if first is None:
+                continue
+            kept: deque[datetime] = deque(slots_between(schedule, first, latest,
+                                                        limit=COUNT_LIMIT),
+                                          maxlen=self.max_catch_up)
+            if len(kept) == self.max_catch_up or start == due:
+                return list(kept), total - len(kept)
+        return [latest], total - 1
 
     def too_late(self, slot: datetime, now: datetime) -> bool:
         grace = self.misfire_grace_time
@@ -134,13 +143,7 @@ def _count(schedule: Any, first: datetime, last: datetime) -> int:
     every = getattr(schedule, "run_every", None)
     if every is not None and not getattr(schedule, "relative", False) and every.total_seconds():
         return int((last - first).total_seconds() // every.total_seconds()) + 1
-    count, slot = 1, first
-    while slot < last and count < 100_000:
-        following = next_after(schedule, slot)
-        if following is None:
-            break
-        slot, count = following, count + 1
-    return count
+    return sum(1 for _ in slots_between(schedule, first, last, limit=COUNT_LIMIT))
 
 
 DEFAULT = EntryPolicy()
