@@ -96,8 +96,25 @@ class LockLost(Exception):
         self.holder = holder
 
 
+def has_hash_tag(prefix: str) -> bool:
+    """Whether keys built on ``prefix`` share one Redis Cluster slot ('{redbeat}:')."""
+    start = prefix.find("{")
+    end = prefix.find("}", start + 1)
+    return start != -1 and end > start + 1
+
+
 class ScheduleStore:
     def __init__(self, client: Any, keys: KeyLayout, policy: RetryPolicy | None = None) -> None:
+        from redis.cluster import RedisCluster
+
+        self.cluster = isinstance(client, RedisCluster)
+        if self.cluster and not has_hash_tag(keys.prefix):
+            # Scripts and transactions need every key in one slot; without a tag the
+            # first tick would fail with CROSSSLOT on every call.
+            raise ValueError(
+                f"redbeat_key_prefix {keys.prefix!r} has no hash tag: on Redis Cluster use "
+                "one such as '{redbeat}:' (see docs/deployments.md for moving a schedule)"
+            )
         self.client = client
         self.keys = keys
         self.policy = policy or RetryPolicy()
@@ -117,6 +134,11 @@ class ScheduleStore:
         ({} when the server or an ACL refuses CONFIG GET) for the start-up check.
         """
         def load() -> Any:
+            if self.cluster:  # keyless commands go to every node, not through a pipeline
+                shas = [self.client.script_load(script.script)
+                        for script in self._scripts.values()]
+                return [*shas, self.client.config_get("maxmemory-policy",
+                                                      target_nodes="primaries")]
             with self.client.pipeline(transaction=False) as pipe:
                 for script in self._scripts.values():
                     pipe.script_load(script.script)

@@ -1,0 +1,137 @@
+"""The scheduler on the Redis deployments people run: TLS, an ACL user, Sentinel with a
+forced failover, and Redis Cluster with a failover. All real servers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import ssl
+
+import pytest
+import redis
+
+from conftest import make_app
+from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
+from redbeat.cli import main
+from redbeat.entry import store_for
+from support.deployments import ACLServer, ClusterDeployment, SentinelDeployment, TLSServer
+from support.redis_server import redis_required, redis_server_binary
+
+pytestmark = pytest.mark.redis_server
+
+
+@pytest.fixture(autouse=True)
+def _needs_servers():
+    if redis_server_binary() is None or shutil.which("redis-cli") is None:
+        if redis_required():
+            pytest.fail("redis-server/redis-cli missing and REDBEAT_REQUIRE_REDIS is set")
+        pytest.skip("redis-server/redis-cli not on PATH")
+
+
+class Recording(RedBeatScheduler):
+    def __init__(self, *args, **kwargs):
+        self.sent: list[str] = []
+        super().__init__(*args, **kwargs)
+
+    def apply_async(self, entry, producer=None, advance=True, **kwargs):
+        self.sent.append(entry.options["task_id"])
+
+
+def run_until_sent(scheduler, count, ticks=200):
+    import time
+
+    for _ in range(ticks):
+        if len(scheduler.sent) >= count:
+            return
+        time.sleep(max(0.0, min(scheduler.tick(), 0.2)))
+    raise AssertionError(f"only {len(scheduler.sent)} sends, wanted {count}")
+
+
+def test_tls_with_ca_and_client_certificate():
+    server = TLSServer().start()
+    try:
+        app = make_app(server.url, redbeat_redis_use_ssl={
+            **server.ssl_options(), "ssl_cert_reqs": ssl.CERT_REQUIRED})
+        RedBeatSchedulerEntry("secure", "tasks.s", 0.5, app=app).save()
+        scheduler = Recording(app)
+        run_until_sent(scheduler, 2)
+        scheduler.close()
+        assert server.client().exists("redbeat:secure")
+        wrong = make_app(server.url, redbeat_redis_use_ssl={"ssl_cert_reqs": ssl.CERT_REQUIRED})
+        with pytest.raises(redis.exceptions.ConnectionError):
+            store_for(wrong).client.ping()  # no CA, no client cert: refused, not ignored
+    finally:
+        server.cleanup()
+
+
+def test_acl_user_limited_to_the_prefix():
+    server = ACLServer().start()
+    try:
+        app = make_app(server.beat_url, beat_schedule={"s": {"task": "t", "schedule": 5.0}})
+        RedBeatSchedulerEntry("job", "tasks.j", 0.5, app=app).save()
+        scheduler = Recording(app)
+        run_until_sent(scheduler, 3)
+        from click.testing import CliRunner
+
+        status = CliRunner().invoke(main, ["--url", server.beat_url, "status"])
+        assert status.exit_code == 0, status.output
+        assert "leader:" in status.output
+        scheduler.close()
+        user = redis.Redis.from_url(server.beat_url)
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            user.set("elsewhere", 1)
+        assert "s" in server.client().smembers("redbeat::statics")  # statics written too
+    finally:
+        server.cleanup()
+
+
+@pytest.mark.parametrize("spelling", ["redis-sentinel", "sentinel"])
+def test_sentinel_failover_while_ticking(spelling):
+    deployment = SentinelDeployment().start()
+    try:
+        port = deployment.sentinel_port
+        if spelling == "redis-sentinel":
+            url, options = "redis-sentinel://127.0.0.1/0", {
+                "sentinels": [("127.0.0.1", port)], "service_name": "mymaster"}
+        else:
+            url, options = f"sentinel://127.0.0.1:{port}", {"service_name": "mymaster"}
+        app = make_app(url, redbeat_redis_options={**options, "retry_period": 30})
+        RedBeatSchedulerEntry("ha", "tasks.ha", 0.5, app=app).save()
+        scheduler = Recording(app)
+        run_until_sent(scheduler, 2)
+        took = deployment.force_failover()
+        print(f"sentinel forced failover took {took:.2f}s")
+        before = len(scheduler.sent)
+        run_until_sent(scheduler, before + 4)
+        new_master = redis.Redis(port=deployment.master_port(), decode_responses=True)
+        assert new_master.exists("redbeat:ha")
+        assert len(scheduler.sent) == len(set(scheduler.sent))
+        scheduler.close()
+    finally:
+        deployment.stop()
+
+
+def test_cluster_with_a_tagged_prefix_and_a_failover():
+    deployment = ClusterDeployment().start()
+    try:
+        prefix = "{redbeat}:"
+        app = make_app(deployment.url, redbeat_key_prefix=prefix,
+                       redbeat_redis_options={"retry_period": 30},
+                       beat_schedule={"static": {"task": "t", "schedule": 5.0}})
+        RedBeatSchedulerEntry("clustered", "tasks.c", 0.5, app=app).save()
+        scheduler = Recording(app)
+        run_until_sent(scheduler, 2)
+        took = deployment.fail_over(f"{prefix}:schedule")
+        print(f"cluster failover took {took:.2f}s")
+        before = len(scheduler.sent)
+        run_until_sent(scheduler, before + 4)
+        assert len(scheduler.sent) == len(set(scheduler.sent))
+        info = json.loads(store_for(app).client.hget(f"{prefix}clustered", "history"))
+        assert info[0]["task_id"] in scheduler.sent  # history written through the cluster
+        scheduler.close()
+
+        untagged = make_app(deployment.url)
+        with pytest.raises(ValueError, match="hash tag"):
+            RedBeatScheduler(untagged)
+    finally:
+        deployment.stop()
