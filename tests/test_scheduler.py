@@ -401,3 +401,13 @@ def test_corrupt_bytes_in_a_key_and_a_definition_are_quarantined(app, redis_serv
     assert raw.zscore(b"redbeat::schedule", b"redbeat:bad\xff") == -1
     assert raw.hexists(b"redbeat:bad\xff", b"quarantine")
     assert raw.zscore(b"redbeat::schedule", b"redbeat:junk") == -1
+
+
+def test_an_evicting_redis_is_warned_about_or_refused(caplog):
+    from support.redis_server import RedisServer
+
+    with RedisServer(extra_args=["--maxmemory-policy", "allkeys-lru"]) as server:
+        RedBeatScheduler(make_app(server.url)).close()
+        assert "maxmemory-policy is allkeys-lru" in caplog.text
+        with pytest.raises(SystemExit, match="refused"):
+            RedBeatScheduler(make_app(server.url, redbeat_refuse_evicting_redis=True))
