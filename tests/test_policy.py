@@ -81,7 +81,7 @@ def test_misfire_grace_skips_a_late_slot_and_records_it(app):
     scheduler.tick()
     assert [task.split(":")[0] for task in names(scheduler)] == ["lenient"]
     record = json.loads(get_redis(app).hget("redbeat:strict", "misfires"))
-    assert record["skipped"] == 1 and record["coalesced"] == 4
+    assert record["skipped"] == 1 and "coalesced" not in record
     clock.now = T0 + 20
     scheduler.tick()  # back on schedule: the next slot is on time and runs
     assert "strict" in [task.split(":")[0] for task in names(scheduler)]
@@ -106,7 +106,7 @@ def test_without_coalescing_each_missed_slot_runs_up_to_the_bound(app):
     entry = RedBeatSchedulerEntry.from_key("redbeat:each", app=app)
     assert entry.total_run_count == 3 and entry.last_run_at == at(0)
     record = json.loads(get_redis(app).hget("redbeat:each", "misfires"))
-    assert record["coalesced"] == 7  # the older missed slots beyond the bound
+    assert record["skipped"] == 7  # the older missed slots beyond the bound
 
 
 def test_jitter_delays_the_send_but_keeps_the_slot_id(app):
@@ -175,5 +175,6 @@ def test_catch_up_of_a_dense_rrule_after_long_downtime(app):
     assert sorted(names(scheduler)) == sorted([
         f"dense:{round(T0 * 1000)}", f"dense-each:{round((T0 - 1) * 1000)}",
         f"dense-each:{round(T0 * 1000)}"])
-    record = json.loads(get_redis(app).hget("redbeat:dense", "misfires"))
-    assert record["coalesced"] == 2 * 86400 - 1
+    assert not get_redis(app).hexists("redbeat:dense", "misfires")  # coalesced, not skipped
+    record = json.loads(get_redis(app).hget("redbeat:dense-each", "misfires"))
+    assert record["skipped"] == 2 * 86400 - 2  # every missed second but the two run

@@ -168,23 +168,23 @@ def plan_row(
 def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, due: datetime,
            now: datetime, policy: Policy, plan: Plan) -> None:
     """Claim the slots of a due entry: coalesced or one by one, minus those too late."""
-    slots, coalesced = rules.missed(entry.schedule, due, now)
+    slots, dropped = rules.missed(entry.schedule, due, now)
     runs = [slot for slot in slots if not rules.too_late(slot + rules.delay(entry.name, slot),
                                                          now)]
     skipped = [slot for slot in slots if slot not in runs]
-    if coalesced:
-        logger.info("beat: %s missed %d slot(s) from %s; one catch-up run for %s",
-                    entry.name, coalesced + 1, due.isoformat(), slots[-1].isoformat())
-    if skipped:
-        logger.warning("beat: %s: %d slot(s) past the misfire grace time skipped (last %s)",
-                       entry.name, len(skipped), skipped[-1].isoformat())
+    if slots[0] != due and rules.coalesce:
+        logger.info("beat: %s missed slots from %s; one catch-up run for %s",
+                    entry.name, due, slots[-1])
+    if skipped or dropped:
+        logger.warning("beat: %s: %d slot(s) skipped (past the misfire grace time or the "
+                       "catch-up bound)", entry.name, len(skipped) + dropped)
     claims = [Claim(slot_task_id(entry.name, slot) if policy.deterministic_task_ids
                     else str(uuid.uuid4()), entry, slot) for slot in runs]
     fields = [(META, meta_json(slots[-1], entry.total_run_count + len(runs)))]
     history = _history(row, claims, now, policy)
     if history:
         fields.append((HISTORY, history))
-    misfires = misfire_record(row.misfires, len(skipped), coalesced,
+    misfires = misfire_record(row.misfires, len(skipped) + dropped,
                               skipped[-1] if skipped else None)
     if misfires:
         fields.append((MISFIRES, misfires))

@@ -111,13 +111,14 @@ class EntryPolicy:
         return timedelta(seconds=self.jitter * fraction)
 
     def missed(self, schedule: Any, due: datetime, now: datetime) -> tuple[list[datetime], int]:
-        """The slots to run now (oldest first) and how many more were missed.
+        """The slots to run now (oldest first), and how many older ones will never run.
 
-        Coalescing keeps only the latest slot; otherwise the latest ``max_catch_up``."""
-        if self.coalesce:
-            latest = latest_slot(schedule, due, now)
-            return [latest], 0 if latest == due else _count(schedule, due, latest) - 1
+        Coalescing runs only the latest slot, in place of all the missed ones (they are
+        not counted as skipped); otherwise the latest ``max_catch_up`` run and the older
+        ones are skipped."""
         latest = latest_slot(schedule, due, now)
+        if self.coalesce or latest == due:
+            return [latest], 0
         total = _count(schedule, due, latest)
         # Walk only the tail: widen a window back from the latest run until it holds
         # max_catch_up runs (or reaches the first missed one).
@@ -149,11 +150,11 @@ def _count(schedule: Any, first: datetime, last: datetime) -> int:
 DEFAULT = EntryPolicy()
 
 
-def misfire_record(previous: str | None, skipped: int, coalesced: int,
+def misfire_record(previous: str | None, skipped: int,
                    last_skipped: datetime | None) -> str | None:
-    """The ``misfires`` field after this tick: counts of slots skipped (too late) and
-    coalesced (folded into a catch-up run); None when nothing changed."""
-    if not skipped and not coalesced:
+    """The ``misfires`` field after this tick: how many slots were skipped (too late, or
+    beyond the catch-up bound) and the last one; None when nothing was skipped."""
+    if not skipped:
         return None
     try:
         record = json.loads(previous) if previous else {}
@@ -162,7 +163,6 @@ def misfire_record(previous: str | None, skipped: int, coalesced: int,
     if not isinstance(record, dict):
         record = {}
     record["skipped"] = int(record.get("skipped", 0)) + skipped
-    record["coalesced"] = int(record.get("coalesced", 0)) + coalesced
     if last_skipped is not None:
         record["last_skipped"] = last_skipped.isoformat()
     return json.dumps(record)
