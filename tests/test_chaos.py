@@ -10,11 +10,11 @@ import time
 from collections import Counter
 
 import pytest
+
 from conftest import make_app
+from redbeat import RedBeatSchedulerEntry
 from support.processes import Cluster, wait_until
 from support.redis_server import RedisServer
-
-from redbeat import RedBeatSchedulerEntry
 
 pytestmark = pytest.mark.e2e
 

@@ -7,10 +7,10 @@ import time
 from collections import Counter
 
 import pytest
-from conftest import make_app
-from support.processes import Cluster, wait_until
 
+from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
+from support.processes import Cluster, wait_until
 
 pytestmark = pytest.mark.e2e
 
