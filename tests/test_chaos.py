@@ -76,8 +76,8 @@ def test_chaos(tmp_path, redis_server):
                     nodes.remove(leader)
                     nodes.append(cluster.beat(f"beat{serial}"))
                     serial += 1
-                wait_until(lambda old=leader: leader_of(nodes) not in (None, old), LOCK_TIMEOUT + 10,
-                           "a new leader")
+                wait_until(lambda old=leader: leader_of(nodes) not in (None, old),
+                           LOCK_TIMEOUT + 10, "a new leader")
                 windows.append((begin, time.time() + 1.5))
             time.sleep(3)  # let pending slots be re-sent
         finally:
