@@ -36,15 +36,20 @@ class TypeCodec:
 
 _CODECS: list[TypeCodec] = []
 _BY_NAME: dict[str, TypeCodec] = {}
+_BY_TYPE: dict[type, TypeCodec] = {}
 
 
 def register(codec: TypeCodec) -> None:
     """Add a type. Later registrations win for subclasses, so register specific last."""
     _CODECS.insert(0, codec)
     _BY_NAME[codec.name] = codec
+    _BY_TYPE[codec.type] = codec
 
 
 def codec_for(value: Any) -> TypeCodec | None:
+    exact = _BY_TYPE.get(type(value))  # most values are exactly a registered type
+    if exact is not None:
+        return exact
     for codec in _CODECS:
         if isinstance(value, codec.type):
             return codec
