@@ -125,3 +125,31 @@ def test_lock_key_outside_prefix_gets_the_prefix(fake_app):
 
     fake_app.conf.redbeat_lock_key = "mylock"
     assert RedBeatConfig(fake_app).lock_key == "redbeat:mylock"
+
+
+def test_meta_fast_paths_agree_with_the_codec():
+    """The hot-path meta patterns give the codec's exact text and values."""
+    import json as plain_json
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from redbeat import decoder
+    from redbeat.entry import as_utc_zone, meta_json, parse_meta
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(9998, 1, 1),
+                        timezones=st.just(timezone.utc)), st.integers(0, 10**9))
+    def agree(moment, count):
+        slow = plain_json.dumps({"last_run_at": decoder.tagged(as_utc_zone(moment)),
+                                 "total_run_count": count})
+        assert meta_json(moment, count) == slow
+        assert parse_meta("k", slow) == (moment, count)
+        by_codec = decoder.loads(slow)
+        assert (by_codec["last_run_at"], by_codec["total_run_count"]) == (moment, count)
+
+    agree()
+    dumped = '{"last_run_at": {"__type__": "datetime", "year": 2026, "month": 11, "day": 22, ' \
+             '"hour": 11, "minute": 45, "second": 25, "microsecond": 23355, "timezone": "UTC"}}'
+    assert parse_meta("k", dumped) == (datetime(2026, 11, 22, 11, 45, 25, 23355,
+                                                tzinfo=timezone.utc), 0)
