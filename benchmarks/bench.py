@@ -1,15 +1,15 @@
-"""redbeat's scheduler benchmark: tick cost against schedule size, backlog and lag,
-compared with the raw redis-py floor and (with --compare) with celery-redbeat.
+"""redbeat's scheduler benchmark: startup, idle and busy ticks, a backlog, dispatch lag,
+memory, against the size of the schedule; with the raw redis-py floor for the same Redis
+work and (with --compare) celery-redbeat run in alternation on the same Redis.
 
-    python benchmarks/bench.py                     # ours and the floor
-    python benchmarks/bench.py --compare /path/to/python-with-celery-redbeat
-    python benchmarks/bench.py --quick             # small N only, for development
+    python benchmarks/bench.py                        # ours and the floor
+    python benchmarks/bench.py --compare /opt/ref/bin/python
+    python benchmarks/bench.py --quick                # N up to 10,000, for development
 
 It starts its own redis-server on a free loopback port, fills it with N entries in the
 format both packages share, and runs each measurement in a fresh subprocess of the
-interpreter being measured (benchmarks/worker.py), alternating implementations so both
-see the same machine state. Figures are medians of several runs; ratios come from the
-same run. Results go to benchmarks/RESULTS.md.
+interpreter being measured (benchmarks/worker.py). Figures are medians of several runs;
+ratios are taken within one run. Results go to benchmarks/RESULTS.md and results.json.
 """
 
 from __future__ import annotations
@@ -28,11 +28,35 @@ import time
 from pathlib import Path
 from typing import Any
 
-import redis
+try:
+    import redis
+except ImportError:  # a bare `python` on PATH: re-run under the project's venv, if any
+    _VENV = Path(__file__).resolve().parent.parent / ".venv"
+    if (_VENV / "bin" / "python").exists() and Path(sys.prefix).resolve() != _VENV.resolve():
+        os.execv(str(_VENV / "bin" / "python"), [str(_VENV / "bin" / "python"), *sys.argv])
+    raise
 
-HERE = Path(__file__).parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dataset  # noqa: E402  (benchmarks/dataset.py)
+
+HERE = Path(__file__).resolve().parent
+REPO_VENV_PYTHON = HERE.parent / ".venv" / "bin" / "python"
 WORKER = HERE / "worker.py"
-FAR_FUTURE = 10**10
+STATICS = 1000
+BUSY_K = 1000
+BACKLOG_K = 100_000
+REF_BACKLOG_K = 10_000  # celery-redbeat pays two round trips per entry: minutes at 100,000
+LAG_ENTRIES = 200
+FIXED_KEYS = (
+    "redbeat::lock",
+    "redbeat::statics",
+    "redbeat::pending",
+    "redbeat::nodes",
+    "redbeat:celery.backend_cleanup",
+)
+
+
+# -- the Redis server ---------------------------------------------------------------------
 
 
 def free_port() -> int:
@@ -42,29 +66,23 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self) -> None:
+    """A private redis-server on a free loopback port, no persistence; stopped by pid."""
+
+    def __init__(self, binary: str) -> None:
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="redbeat-bench-")
         self.process = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                self.dir,
-            ],
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.dir, "--logfile", f"{self.dir}/redis.log"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.client = redis.Redis(port=self.port)
-        for _ in range(200):
+        self.client = redis.Redis(port=self.port, socket_timeout=120)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"redis-server exited at start (see {self.dir}/redis.log)")
             try:
                 self.client.ping()
                 return
@@ -73,231 +91,279 @@ class Server:
         raise RuntimeError("redis-server did not start")
 
     def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(10)
+        self.client.close()
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def populate(client: redis.Redis, start: int, stop: int) -> None:
-    """Entries n{start}..n{stop-1}, far in the future (never due): the schedule's size N."""
-    definition = {
-        "task": "tasks.idle",
-        "args": None,
-        "kwargs": {},
-        "options": {},
-        "schedule": {"__type__": "interval", "every": 3600.0, "relative": False},
-        "enabled": True,
-    }
-    for first in range(start, stop, 10_000):
+def clean(client: redis.Redis, size: int) -> None:
+    """Back to exactly the N background entries: drop what a run added (statics, due and
+    lag entries, the lock and the packages' bookkeeping keys)."""
+    names = [f"static{i}" for i in range(STATICS)] + [f"lag{i}" for i in range(LAG_ENTRIES)]
+    extra = client.zcard(dataset.SCHEDULE_KEY) - size  # due entries are due0.. contiguous
+    names += [f"due{i}" for i in range(max(0, extra))]
+    for first in range(0, len(names), 10_000):
+        keys = [f"redbeat:{n}" for n in names[first : first + 10_000]]
         with client.pipeline(transaction=False) as pipe:
-            for i in range(first, min(first + 10_000, stop)):
-                name = f"n{i}"
-                pipe.hset(
-                    f"redbeat:{name}",
-                    mapping={
-                        "definition": json.dumps({"name": name, **definition}),
-                        "meta": '{"last_run_at": null}',
-                    },
-                )
-                pipe.zadd("redbeat::schedule", {f"redbeat:{name}": FAR_FUTURE})
+            pipe.delete(*keys)
+            pipe.zrem(dataset.SCHEDULE_KEY, *keys)
             pipe.execute()
+    client.delete(*FIXED_KEYS)
+    client.zrem(dataset.SCHEDULE_KEY, *[k for k in FIXED_KEYS if k.startswith("redbeat:")])
+    if client.dbsize() != size + 1 or client.zcard(dataset.SCHEDULE_KEY) != size:
+        _clean_by_scan(client, size)
 
 
-def clean(client: redis.Redis, keep: int) -> None:
-    """Back to exactly the N background entries: drop what a run added or changed."""
-    for pattern in ("redbeat:due*", "redbeat:lag*", "redbeat:static*"):
-        cursor = 0
-        while True:
-            cursor, keys = client.scan(cursor, match=pattern, count=10_000)
-            if keys:
-                client.delete(*keys)
-                client.zrem("redbeat::schedule", *keys)
-            if cursor == 0:
-                break
-    client.delete(
-        "redbeat::lock",
-        "redbeat::statics",
-        "redbeat::pending",
-        "redbeat::nodes",
-        "redbeat:celery.backend_cleanup",
-    )
-    client.zrem("redbeat::schedule", "redbeat:celery.backend_cleanup")
+def is_background(key: str) -> bool:
+    return key.startswith("redbeat:n") and key[len("redbeat:n"):].isdigit()
 
 
-def run_worker(python: str, scenario: str, url: str, argument: int) -> dict[str, Any]:
+def _clean_by_scan(client: redis.Redis, size: int) -> None:
+    """Slow path: anything that is not a background entry goes."""
+    for key in client.scan_iter(count=10_000):
+        name = key.decode()
+        if name != dataset.SCHEDULE_KEY and not is_background(name):
+            client.delete(key)
+    for member, _ in client.zscan_iter(dataset.SCHEDULE_KEY, count=10_000):
+        name = member.decode()
+        if not is_background(name):
+            client.zrem(dataset.SCHEDULE_KEY, member)
+    if client.dbsize() != size + 1:
+        raise RuntimeError(f"could not restore the {size} background entries")
+
+
+# -- workers and the floor -----------------------------------------------------------------
+
+
+def run_worker(python: str, scenario: str, url: str, *arguments: object) -> dict[str, Any]:
     result = subprocess.run(
-        [python, str(WORKER), scenario, url, str(argument)],
+        [python, str(WORKER), scenario, url, *map(str, arguments)],
         capture_output=True,
         text=True,
         timeout=600,
     )
     if result.returncode != 0:
-        raise RuntimeError(f"{python} {scenario} failed:\n{result.stderr[-3000:]}")
+        raise RuntimeError(
+            f"{python} worker.py {scenario} {url} {' '.join(map(str, arguments))} failed:\n"
+            + result.stderr[-4000:]
+        )
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def floor_busy(client: redis.Redis, due: int) -> float:
-    """Raw redis-py doing the same Redis work as a busy tick, no scheduling: one
-    pipelined range read, one pipelined read of the hashes, one pipelined write-back."""
+def floor_busy(client: redis.Redis, count: int) -> float:
+    """Raw redis-py doing a busy tick's Redis work for ``count`` due entries, with no
+    scheduling: one range read, one pipelined read of the hashes, one pipelined
+    write-back (meta and score), each one round trip."""
+    dataset.add_due(client, count)
     now = time.time()
-    keys = client.zrangebyscore("redbeat::schedule", 0, now)
     began = time.perf_counter()
-    keys = client.zrangebyscore("redbeat::schedule", 0, now)
+    keys = client.zrangebyscore(dataset.SCHEDULE_KEY, 0, now)
     with client.pipeline(transaction=False) as pipe:
         for key in keys:
             pipe.hmget(key, "definition", "meta")
         rows = pipe.execute()
     with client.pipeline(transaction=False) as pipe:
         for key, (_, meta) in zip(keys, rows, strict=True):
-            pipe.hset(key, "meta", meta or "")
-            pipe.zadd("redbeat::schedule", {key: now + 3600})
+            pipe.hset(key, "meta", meta)
+            pipe.zadd(dataset.SCHEDULE_KEY, {key: now + 3600})
         pipe.execute()
-    return time.perf_counter() - began
+    elapsed = time.perf_counter() - began
+    if len(keys) != count:
+        raise RuntimeError(f"floor: {len(keys)} due, expected {count}")
+    return elapsed
 
 
 def floor_startup(client: redis.Redis, statics: int) -> float:
-    """Raw redis-py writing ``statics`` entries: one pipelined read, one write."""
+    """Raw redis-py storing ``statics`` entries: one pipelined read of what is there,
+    one pipelined (transactional) write of definitions, metas and scores."""
     began = time.perf_counter()
     with client.pipeline(transaction=False) as pipe:
         pipe.smembers("redbeat::statics")
         for i in range(statics):
             pipe.hget(f"redbeat:static{i}", "meta")
         pipe.execute()
+    now = time.time()
     with client.pipeline(transaction=True) as pipe:
         for i in range(statics):
             key = f"redbeat:static{i}"
-            pipe.hset(key, "definition", json.dumps({"name": f"static{i}", "task": "tasks.s"}))
-            pipe.hsetnx(key, "meta", '{"last_run_at": null}')
-            pipe.zadd("redbeat::schedule", {key: time.time() + 3600})
+            definition = {"name": f"static{i}", "task": "tasks.static", "args": [], "kwargs": {},
+                          "options": {}, "enabled": True,
+                          "schedule": {"__type__": "interval", "every": 3600.0, "relative": False}}
+            pipe.hset(key, "definition", json.dumps(definition))
+            pipe.hsetnx(key, "meta", json.dumps({"last_run_at": dataset.datetime_json(now)}))
+            pipe.zadd(dataset.SCHEDULE_KEY, {key: now + 3600})
         pipe.sadd("redbeat::statics", *[f"static{i}" for i in range(statics)])
         pipe.execute()
     return time.perf_counter() - began
 
 
-def write_due(url: str, count: int) -> None:
-    subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            (
-                f"import sys; sys.path.insert(0, {str(HERE)!r}); import worker; "
-                f"worker.add_due({url!r}, {count}, 'due')"
-            ),
-        ],
-        check=True,
-    )
+def floor_idle(client: redis.Redis) -> float:
+    """One round trip asking for the next due entry: the least an idle tick can do."""
+    timings = []
+    for _ in range(50):
+        began = time.perf_counter()
+        client.zrangebyscore(dataset.SCHEDULE_KEY, "-inf", "+inf", start=0, num=1, withscores=True)
+        timings.append(time.perf_counter() - began)
+    return statistics.median(timings)
+
+
+def memory_per_entry(client: redis.Redis, size: int) -> dict[str, float]:
+    """MEMORY USAGE of sampled entry hashes, plus the sorted set's share per member."""
+    sample = [f"redbeat:n{i}" for i in range(0, size, max(1, size // 200))]
+    with client.pipeline(transaction=False) as pipe:
+        for key in sample:
+            pipe.memory_usage(key)
+        hashes = pipe.execute()
+    zset = client.memory_usage(dataset.SCHEDULE_KEY) or 0
+    return {
+        "hash_bytes": statistics.mean(hashes),
+        "zset_bytes_per_member": zset / size,
+        "memory_usage_bytes": statistics.mean(hashes) + zset / size,
+    }
 
 
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def merge(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians of the numeric figures; other values from the first sample."""
+    merged: dict[str, Any] = {}
+    for name, value in samples[0].items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            merged[name] = median([s[name] for s in samples])
+        else:
+            merged[name] = value
+    merged["runs"] = len(samples)
+    return merged
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.impls = {"ours": sys.executable}
+        self.impls = {"ours": args.ours}
         if args.compare:
             self.impls["celery-redbeat"] = args.compare
-        self.results: dict[str, Any] = {}
+        self.results: dict[str, Any] = {"cases": {}, "floor": {}, "memory": {}}
+        self.flip = False
 
-    def measure(
-        self,
-        key: str,
-        scenario: str,
-        url: str,
-        argument: int,
-        client: redis.Redis,
-        keep: int,
-        repeats: int,
-        impls: list[str] | None = None,
-    ) -> None:
-        runs: dict[str, list[dict[str, Any]]] = {impl: [] for impl in impls or self.impls}
+    def log(self, text: str) -> None:
+        print(f"[{time.perf_counter() - self.began:6.1f}s] {text}", flush=True)
+
+    def measure(self, key: str, scenario: str, argument: object, size: int, repeats: int,
+                impls: list[str] | None = None, *more: object) -> None:
+        chosen = list(impls or self.impls)
+        runs: dict[str, list[dict[str, Any]]] = {impl: [] for impl in chosen}
         for _ in range(repeats):
-            for impl in runs:  # alternate, so both see the same machine
-                clean(client, keep)
-                runs[impl].append(run_worker(self.impls[impl], scenario, url, argument))
+            # alternate, and alternate who goes first, so both see the same machine
+            self.flip = not self.flip
+            for impl in (chosen if self.flip else chosen[::-1]):
+                clean(self.client, size)
+                runs[impl].append(run_worker(self.impls[impl], scenario, self.url, argument, *more))
         for impl, samples in runs.items():
-            merged = {name: median([s[name] for s in samples]) for name in samples[0]}
-            self.results.setdefault(key, {})[impl] = merged
-            print(f"  {key:<28} {impl:<15} {json.dumps(merged)}", flush=True)
+            merged = merge(samples)
+            self.results["cases"].setdefault(key, {})[impl] = merged
+            brief = {k: (round(v, 5) if isinstance(v, float) else v) for k, v in merged.items()
+                     if not isinstance(v, dict)}
+            self.log(f"{key:<26} {impl:<15} {json.dumps(brief)}")
+
+    def describe(self) -> None:
+        probe = ("import sys, importlib.metadata as m, celery, redis, redbeat; "
+                 "d = 'redbeat' if 'site-packages' not in redbeat.__file__ else 'celery-redbeat'; "
+                 "print(sys.version.split()[0], celery.__version__, redis.__version__, "
+                 "m.version(d) if d != 'redbeat' else getattr(redbeat, '__version__', '?'), "
+                 "redbeat.__file__)")
+        described = {}
+        for impl, python in self.impls.items():
+            out = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+            if out.returncode != 0:
+                raise SystemExit(f"{impl} ({python}) cannot import redbeat:\n{out.stderr}")
+            py, celery_v, redis_v, version, where = out.stdout.split()
+            described[impl] = {"python": python, "python_version": py, "celery": celery_v,
+                               "redis_py": redis_v, "version": version, "module": where}
+        self.results["implementations"] = described
 
     def run(self) -> None:
+        self.began = time.perf_counter()
+        self.describe()
         sizes = [1_000, 10_000] if self.args.quick else [1_000, 10_000, 100_000, 1_000_000]
-        server = Server()
-        client = server.client
+        backlog_at = sizes[-1] if self.args.quick else 100_000
+        backlog = 10_000 if self.args.quick else BACKLOG_K
+        ref_backlog = min(backlog, REF_BACKLOG_K)
+        server = Server(self.args.redis_server)
+        self.client, self.url = server.client, server.url
+        floor = self.results["floor"]
         try:
             populated = 0
             for size in sizes:
-                populate_start = time.perf_counter()
-                before = client.info("memory")["used_memory"]
-                populate(client, populated, size)
-                after = client.info("memory")["used_memory"]
-                self.results.setdefault("memory_per_entry", {})[size] = (after - before) / (
-                    size - populated
-                )
+                before = self.client.info("memory")["used_memory"]
+                dataset.add_background(self.client, populated, size)
+                after = self.client.info("memory")["used_memory"]
+                self.results["memory"][size] = {
+                    "info_delta_per_entry": (after - before) / (size - populated),
+                    **memory_per_entry(self.client, size),
+                }
                 populated = size
-                print(
-                    f"N={size}: populated in {time.perf_counter() - populate_start:.1f}s",
-                    flush=True,
-                )
-                repeats = 1 if size >= 1_000_000 else 3
-                self.measure(
-                    f"startup N={size}", "startup", server.url, 1000, client, size, repeats
-                )
-                clean(client, size)
-                self.results.setdefault("floor_startup", {})[size] = median(
-                    [floor_startup(client, 1000) for _ in range(3)]
-                )
-                self.measure(f"idle N={size}", "idle", server.url, 0, client, size, repeats)
-                self.measure(
-                    f"busy K=1000 N={size}", "busy", server.url, 1000, client, size, repeats
-                )
-                floors = []
-                for _ in range(3):
-                    clean(client, size)
-                    write_due(server.url, 1000)
-                    floors.append(floor_busy(client, 1000))
-                self.results.setdefault("floor_busy", {})[size] = median(floors)
-                if size == 100_000 or (self.args.quick and size == sizes[-1]):
-                    backlog = 10_000 if self.args.quick else 100_000
-                    self.measure(
-                        f"backlog K={backlog} N={size}",
-                        "busy",
-                        server.url,
-                        backlog,
-                        client,
-                        size,
-                        1,
-                        ["ours"],
-                    )
+                self.log(f"N={size:,}: populated")
+                repeats = self.args.repeats
+                self.measure(f"startup N={size}", "startup", STATICS, size, repeats)
+                self.measure(f"idle N={size}", "idle", 0, size, repeats)
+                self.measure(f"busy N={size}", "busy", BUSY_K, size, repeats)
+                starts, busies = [], []
+                for _ in range(repeats):
+                    clean(self.client, size)
+                    starts.append(floor_startup(self.client, STATICS))
+                    clean(self.client, size)
+                    busies.append(floor_busy(self.client, BUSY_K))
+                clean(self.client, size)
+                floor[f"startup N={size}"] = median(starts)
+                floor[f"busy N={size}"] = median(busies)
+                floor[f"idle N={size}"] = floor_idle(self.client)
+                self.log(f"floor N={size:,}: startup {floor[f'startup N={size}'] * 1000:.1f} ms, "
+                         f"busy {floor[f'busy N={size}'] * 1000:.1f} ms, "
+                         f"idle {floor[f'idle N={size}'] * 1000:.3f} ms")
+                if size == backlog_at:
+                    self.measure(f"backlog K={backlog} N={size}", "busy", backlog, size, 1,
+                                 ["ours"])
                     if "celery-redbeat" in self.impls:
-                        self.measure(
-                            f"backlog K=10000 N={size}",
-                            "busy",
-                            server.url,
-                            10_000,
-                            client,
-                            size,
-                            1,
-                            ["celery-redbeat"],
-                        )
-                    clean(client, size)
-                    write_due(server.url, backlog)
-                    self.results["floor_backlog"] = {
-                        "due": backlog,
-                        "seconds": floor_busy(client, backlog),
-                    }
-            clean(client, populated)
-            self.measure("lag 200 over 10s", "lag", server.url, 200, client, populated, 1)
-            self.results["redis_version"] = client.info("server")["redis_version"]
+                        self.measure(f"backlog K={ref_backlog} N={size}", "busy", ref_backlog,
+                                     size, 1, ["celery-redbeat"])
+                    for k in sorted({backlog, ref_backlog}):
+                        clean(self.client, size)
+                        floor[f"backlog K={k} N={size}"] = floor_busy(self.client, k)
+                    clean(self.client, size)
+                    self.results["backlog"] = {"size": size, "ours": backlog, "ref": ref_backlog}
+            window = 4.0 if self.args.quick else 10.0
+            self.results["lag_window_s"] = window
+            self.measure(f"lag N={populated}", "lag", LAG_ENTRIES, populated, 1, None, window)
+            self.measure("dispatch cost", "dispatch_cost", 10_000, populated, 1, ["ours"])
+            self.results["redis_version"] = self.client.info("server")["redis_version"]
         finally:
             server.stop()
         self.results["sizes"] = sizes
-        (HERE / "results.json").write_text(json.dumps(self.results, indent=2, default=str))
-        write_report(self.results, self.args)
+        self.results["quick"] = self.args.quick
+        self.results["repeats"] = self.args.repeats
+        self.results["elapsed_s"] = time.perf_counter() - self.began
+        self.results["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        (HERE / "results.json").write_text(json.dumps(self.results, indent=1, default=str))
+        text = report(self.results, self.args)
+        (HERE / "RESULTS.md").write_text(text)
+        print(text)
 
 
-def machine() -> str:
+# -- the report ----------------------------------------------------------------------------
+
+
+def machine() -> dict[str, str]:
     cpu = "unknown CPU"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -306,235 +372,352 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return (
-        f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, "
-        f"{platform.system()} {platform.release()}"
-    )
+    return {
+        "cores": str(os.cpu_count()),
+        "cpu": cpu,
+        "os": f"{platform.system()} {platform.release()}",
+    }
 
 
-def _shape(r: dict[str, Any]) -> tuple[list[int], int, int, int, bool]:
-    sizes = r["sizes"]
-    mid = 100_000 if 100_000 in sizes else sizes[-1]
-    return sizes, sizes[0], mid, sizes[-1], "celery-redbeat" in r.get(f"idle N={sizes[0]}", {})
+def fmt(value: float, digits: int = 0) -> str:
+    if value != value:  # nan
+        return "n/a"
+    return f"{value:,.{digits}f}"
 
 
-def _get(r: dict[str, Any], key: str, impl: str, field: str) -> float:
-    return float(r.get(key, {}).get(impl, {}).get(field, float("nan")))
+def times(a: float, b: float) -> str:
+    """a / b as 'N.NNx'."""
+    if not b or a != a or b != b:
+        return "n/a"
+    return f"{a / b:.2f}x"
 
 
-def ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}x" if b and b == b and a == a else "n/a"
+class Report:
+    def __init__(self, r: dict[str, Any]) -> None:
+        self.r = r
+        self.sizes: list[int] = r["sizes"]
+        self.small, self.big = self.sizes[0], self.sizes[-1]
+        self.mid = 100_000 if 100_000 in self.sizes else self.big
+        self.compare = "celery-redbeat" in r["implementations"]
+        self.rows: list[str] = []
 
+    def get(self, key: str, impl: str, field: str) -> float:
+        value = self.r["cases"].get(key, {}).get(impl, {}).get(field, float("nan"))
+        return float(value)
 
-def target_rows(r: dict[str, Any]) -> list[str]:
-    """One table row per target of the issue, met or not."""
-    sizes, small, mid, big, compare = _shape(r)
+    def floor(self, key: str) -> float:
+        return float(self.r["floor"].get(key, float("nan")))
 
-    def get(key: str, impl: str, field: str) -> float:
-        return _get(r, key, impl, field)
+    def target(self, name: str, figure: str, met: bool | None) -> None:
+        mark = "-" if met is None else ("**met**" if met else "**NOT met**")
+        self.rows.append(f"| {name} | {figure} | {mark} |")
 
-    rows = []
+    def targets(self) -> str:
+        sizes, small, mid, big = self.sizes, self.small, self.mid, self.big
+        g = self.get
+        bl = self.r.get("backlog", {})
+        bl_key = f"backlog K={bl.get('ours')} N={bl.get('size')}"
 
-    def target(name: str, figure: str, met: bool | None) -> None:
-        rows.append(
-            f"| {name} | {figure} | {'met' if met else 'NOT met' if met is False else '-'} |"
+        busy_max = max(g(f"busy N={n}", "ours", "round_trips_max_tick") for n in sizes)
+        bl_max = g(bl_key, "ours", "round_trips_max_tick")
+        self.target(
+            "round trips per tick <= 3 for any K (lock extension included)",
+            f"K={BUSY_K:,}: {fmt(busy_max)} at most, any N; backlog K={bl.get('ours', 0):,}: "
+            f"{fmt(bl_max)} at most ({fmt(g(bl_key, 'ours', 'round_trips'))} in "
+            f"{fmt(g(bl_key, 'ours', 'ticks'))} ticks)",
+            max(busy_max, bl_max) <= 3,
         )
-
-    busy_trips = max(get(f"busy K=1000 N={n}", "ours", "round_trips_per_tick") for n in sizes)
-    backlog_key = next((k for k in r if k.startswith("backlog") and "ours" in r[k]), None)
-    backlog_trips = get(backlog_key, "ours", "round_trips_per_tick") if backlog_key else 0
-    idle_trips = max(get(f"idle N={n}", "ours", "round_trips") for n in sizes)
-    target(
-        "round trips per busy tick (any K, lock included) <= 3",
-        f"{busy_trips:.0f} (K=1000), {backlog_trips:.1f} per tick in the backlog",
-        busy_trips <= 3,
-    )
-    target("round trips per idle tick <= 2", f"{idle_trips:.0f}", idle_trips <= 2)
-    ours_rate = get(f"busy K=1000 N={mid}", "ours", "per_second")
-    floor_rate = 1000 / r["floor_busy"][mid]
-    target(
-        f"busy tick K=1000 of N={mid}: within 2x of the floor's rate",
-        f"{ours_rate:,.0f}/s vs floor {floor_rate:,.0f}/s = {ratio(floor_rate, ours_rate)} slower",
-        floor_rate / ours_rate <= 2,
-    )
-    if compare:
-        ref_rate = get(f"busy K=1000 N={mid}", "celery-redbeat", "per_second")
-        target(
-            "busy tick: >= 8x celery-redbeat's throughput",
-            f"{ours_rate:,.0f}/s vs {ref_rate:,.0f}/s = {ratio(ours_rate, ref_rate)}",
-            ours_rate / ref_rate >= 8,
+        idle_max = max(g(f"idle N={n}", "ours", "round_trips") for n in sizes)
+        ref_idle = g(f"idle N={mid}", "celery-redbeat", "round_trips") if self.compare else None
+        self.target(
+            "idle tick: round trips <= 2",
+            f"{fmt(idle_max)}" + (f" (celery-redbeat {fmt(ref_idle)})" if ref_idle else ""),
+            idle_max <= 2,
         )
-    if backlog_key:
-        due = r["floor_backlog"]["due"]
-        b_rate = get(backlog_key, "ours", "per_second")
-        f_rate = due / r["floor_backlog"]["seconds"]
-        largest = get(backlog_key, "ours", "largest_reply")
-        target(
-            f"backlog of {due:,} drained in bounded batches, within 2x of the floor",
-            f"{b_rate:,.0f}/s vs floor {f_rate:,.0f}/s = {ratio(f_rate, b_rate)}; largest reply "
-            f"{largest:,.0f} elements (5 per entry: at most one batch)",
-            f_rate / b_rate <= 2 and largest <= 5 * 1000 + 10,
+        ours_rate = g(f"busy N={mid}", "ours", "per_second")
+        floor_rate = BUSY_K / self.floor(f"busy N={mid}")
+        self.target(
+            f"busy tick K={BUSY_K:,} of N={mid:,}: within 2x of the floor's rate",
+            f"{fmt(ours_rate)}/s vs floor {fmt(floor_rate)}/s: floor is "
+            f"{times(floor_rate, ours_rate)} faster",
+            floor_rate / ours_rate <= 2,
         )
-    start_trips = max(get(f"startup N={n}", "ours", "round_trips") for n in sizes)
-    start_ours = get(f"startup N={mid}", "ours", "seconds")
-    target(
-        "startup with 1,000 statics: <= 5 round trips whatever N",
-        f"{start_trips:.0f}",
-        start_trips <= 5,
-    )
-    target(
-        "startup within 2x of the floor's time",
-        f"{start_ours * 1000:.0f} ms vs floor {r['floor_startup'][mid] * 1000:.0f} ms = "
-        f"{ratio(start_ours, r['floor_startup'][mid])}",
-        start_ours / r["floor_startup"][mid] <= 2,
-    )
-    idle_small, idle_big = (
-        get(f"idle N={small}", "ours", "seconds"),
-        get(f"idle N={big}", "ours", "seconds"),
-    )
-    st_small, st_big = (
-        get(f"startup N={small}", "ours", "seconds"),
-        get(f"startup N={big}", "ours", "seconds"),
-    )
-    target(
-        f"idle tick independent of N ({small:,} vs {big:,} within 1.5x)",
-        f"{idle_small * 1000:.2f} ms vs {idle_big * 1000:.2f} ms = {ratio(idle_big, idle_small)}",
-        idle_big / idle_small <= 1.5,
-    )
-    target(
-        f"startup independent of N ({small:,} vs {big:,} within 1.5x)",
-        f"{st_small * 1000:.0f} ms vs {st_big * 1000:.0f} ms = {ratio(st_big, st_small)}",
-        st_big / st_small <= 1.5,
-    )
-    lag_ours = get("lag 200 over 10s", "ours", "p99_ms")
-    if compare:
-        lag_ref = get("lag 200 over 10s", "celery-redbeat", "p99_ms")
-        target(
-            "dispatch lag p99 no worse than celery-redbeat's",
-            f"{lag_ours:.1f} ms vs {lag_ref:.1f} ms",
-            lag_ours <= lag_ref,
-        )
-    else:
-        target("dispatch lag p99", f"{lag_ours:.1f} ms", None)
-    idle_cpu = get("lag 200 over 10s", "ours", "idle_cpu_percent")
-    target("no busy-wait: CPU while idle near zero", f"{idle_cpu:.2f}% of one core", idle_cpu < 2)
-    rss_small, rss_big = (
-        get(f"busy K=1000 N={small}", "ours", "peak_rss_mb"),
-        get(f"busy K=1000 N={big}", "ours", "peak_rss_mb"),
-    )
-    target(
-        "scheduler RSS flat in N",
-        f"{rss_small:.0f} MB at N={small:,}, {rss_big:.0f} MB at N={big:,}",
-        rss_big / rss_small <= 1.2,
-    )
-    return rows
-
-
-def detail_rows(r: dict[str, Any]) -> list[str]:
-    """Every figure, per N, with the ratios measured in this run."""
-    sizes, small, mid, big, compare = _shape(r)
-
-    def get(key: str, impl: str, field: str) -> float:
-        return _get(r, key, impl, field)
-
-    detail = [
-        "| measurement | N | ours | "
-        + ("celery-redbeat | ratio |" if compare else "")
-        + " floor |",
-        "|---|---|---|" + ("---|---|" if compare else "") + "---|",
-    ]
-    for n in sizes:
-        for label, key, field, floor in (
-            ("startup, 1,000 statics (ms)", f"startup N={n}", "seconds", r["floor_startup"][n]),
-            ("startup round trips", f"startup N={n}", "round_trips", None),
-            ("idle tick (ms)", f"idle N={n}", "seconds", None),
-            ("idle tick round trips", f"idle N={n}", "round_trips", None),
-            (
-                "busy tick K=1000 (dispatches/s)",
-                f"busy K=1000 N={n}",
-                "per_second",
-                1000 / r["floor_busy"][n],
-            ),
-            ("busy tick round trips", f"busy K=1000 N={n}", "round_trips", None),
-            ("busy tick largest reply (elements)", f"busy K=1000 N={n}", "largest_reply", None),
-            ("peak RSS (MB)", f"busy K=1000 N={n}", "peak_rss_mb", None),
-        ):
-            scale = 1000 if label.endswith("(ms)") else 1
-            ours = get(key, "ours", field) * scale
-            cells = [label, f"{n:,}", f"{ours:,.2f}"]
-            if compare:
-                ref = get(key, "celery-redbeat", field) * scale
-                cells += [
-                    f"{ref:,.2f}",
-                    ratio(ref, ours) if field != "per_second" else ratio(ours, ref),
-                ]
-            cells.append(f"{floor * scale:,.2f}" if floor is not None else "")
-            detail.append("| " + " | ".join(cells) + " |")
-    for key in (k for k in r if k.startswith("backlog")):
-        for impl, values in r[key].items():
-            detail.append(
-                f"| {key} ({impl}) | | {values['per_second']:,.0f}/s, "
-                f"{values['ticks']:.0f} ticks, {values['round_trips']:.0f} round trips, "
-                f"largest reply {values['largest_reply']:,.0f} |"
+        if self.compare:
+            ref_rate = g(f"busy N={mid}", "celery-redbeat", "per_second")
+            self.target(
+                f"busy tick K={BUSY_K:,} of N={mid:,}: >= 8x celery-redbeat's throughput",
+                f"{fmt(ours_rate)}/s vs {fmt(ref_rate)}/s = {times(ours_rate, ref_rate)}",
+                ours_rate / ref_rate >= 8,
             )
-    for impl, values in r.get("lag 200 over 10s", {}).items():
-        detail.append(
-            f"| dispatch lag ({impl}) | | p50 {values['p50_ms']:.1f} ms, p99 "
-            f"{values['p99_ms']:.1f} ms, max {values['max_ms']:.1f} ms, idle CPU "
-            f"{values['idle_cpu_percent']:.2f}% |"
+        if bl:
+            k = bl["ours"]
+            b_rate = g(bl_key, "ours", "per_second")
+            f_rate = k / self.floor(bl_key)
+            largest = g(bl_key, "ours", "largest_reply_elements")
+            largest_bytes = g(bl_key, "ours", "largest_reply_bytes")
+            one_batch = g(f"busy N={bl['size']}", "ours", "largest_reply_elements")
+            one_batch_bytes = g(f"busy N={bl['size']}", "ours", "largest_reply_bytes")
+            bounded = largest <= one_batch and largest_bytes <= one_batch_bytes * 1.05
+            self.target(
+                f"backlog of {k:,} drained in bounded batches (no reply larger than a batch)",
+                f"largest reply {fmt(largest)} elements / {fmt(largest_bytes / 1024)} KiB; one "
+                f"batch of {BUSY_K:,} (K={BUSY_K:,}): {fmt(one_batch)} / "
+                f"{fmt(one_batch_bytes / 1024)} KiB; {fmt(g(bl_key, 'ours', 'ticks'))} ticks",
+                bounded,
+            )
+            self.target(
+                f"backlog of {k:,}: within 2x of the floor",
+                f"{fmt(b_rate)}/s vs floor {fmt(f_rate)}/s: "
+                f"floor is {times(f_rate, b_rate)} faster",
+                f_rate / b_rate <= 2,
+            )
+        start_trips = max(g(f"startup N={n}", "ours", "round_trips") for n in sizes)
+        self.target(
+            f"startup with {STATICS:,} statics: <= 5 round trips whatever N",
+            f"{fmt(start_trips)} at most (N={small:,}..{big:,}; connection handshakes "
+            f"not counted: {fmt(g(f'startup N={big}', 'ours', 'handshake_round_trips'))})",
+            start_trips <= 5,
         )
-    return detail
+        worst = max(sizes, key=lambda n: g(f"startup N={n}", "ours", "seconds")
+                    / self.floor(f"startup N={n}"))
+        s_ours = g(f"startup N={worst}", "ours", "seconds")
+        s_floor = self.floor(f"startup N={worst}")
+        self.target(
+            "startup: within 2x of the floor's time (worst N)",
+            f"N={worst:,}: {fmt(s_ours * 1000, 1)} ms vs floor {fmt(s_floor * 1000, 1)} ms = "
+            f"{times(s_ours, s_floor)}",
+            s_ours / s_floor <= 2,
+        )
+        for label, key in (("idle tick", "idle"), ("startup", "startup")):
+            a, b = g(f"{key} N={small}", "ours", "seconds"), g(f"{key} N={big}", "ours", "seconds")
+            digits = 3 if key == "idle" else 1
+            self.target(
+                f"{label} independent of N ({small:,} vs {big:,} within 1.5x)",
+                f"{fmt(a * 1000, digits)} ms vs {fmt(b * 1000, digits)} ms = {times(b, a)}",
+                max(a, b) / min(a, b) <= 1.5,
+            )
+        lag_key = f"lag N={big}"
+        lag = g(lag_key, "ours", "p99_ms")
+        if self.compare:
+            ref_lag = g(lag_key, "celery-redbeat", "p99_ms")
+            self.target(
+                "dispatch lag p99 no worse than celery-redbeat's",
+                f"{fmt(lag, 1)} ms vs {fmt(ref_lag, 1)} ms",
+                lag <= ref_lag,
+            )
+        else:
+            self.target("dispatch lag p99", f"{fmt(lag, 1)} ms", None)
+        cpu = g(lag_key, "ours", "idle_cpu_percent")
+        ref_cpu = g(lag_key, "celery-redbeat", "idle_cpu_percent") if self.compare else None
+        self.target(
+            "no busy-wait: CPU while idle near zero (< 1% of a core)",
+            f"{fmt(cpu, 2)}% of a core in the real loop, nothing due"
+            + (f" (celery-redbeat {fmt(ref_cpu, 2)}%)" if ref_cpu is not None else ""),
+            cpu < 1,
+        )
+        rss = [g(f"busy N={n}", "ours", "peak_rss_mb") for n in sizes]
+        self.target(
+            "scheduler peak RSS flat in N (within 10%)",
+            ", ".join(f"{fmt(v, 1)} MB" for v in rss)
+            + f" at N={', '.join(f'{n:,}' for n in sizes)}",
+            max(rss) / min(rss) <= 1.1,
+        )
+        return "\n".join(["| target | measured | |", "|---|---|---|", *self.rows])
+
+    def detail(self) -> str:
+        c = self.compare
+        head = "| measurement | N | ours | "
+        head += "celery-redbeat | ours better by | " if c else ""
+        head += "floor | floor better by |"
+        lines = [head, "|" + "---|" * (head.count("|") - 1)]
+        spec = [
+            # label, case, field, scale, digits, floor case or None
+            ("startup, 1,000 statics (ms)", "startup", "seconds", 1000, 1, "startup"),
+            ("startup round trips", "startup", "round_trips", 1, 0, None),
+            ("startup server commands", "startup", "server_commands", 1, 0, None),
+            ("idle tick (ms)", "idle", "seconds", 1000, 3, "idle"),
+            ("idle tick round trips", "idle", "round_trips", 1, 0, None),
+            ("idle tick server commands", "idle", "server_commands_per_tick", 1, 0, None),
+            ("busy tick K=1,000 (ms, wall)", "busy", "seconds", 1000, 1, "busy"),
+            ("busy tick K=1,000 (dispatches/s)", "busy", "per_second", 1, 0, "busy"),
+            ("busy tick round trips", "busy", "round_trips", 1, 0, None),
+            ("busy tick server commands", "busy", "server_commands", 1, 0, None),
+            ("busy tick largest reply (elements)", "busy", "largest_reply_elements", 1, 0, None),
+            ("busy tick largest reply (KiB)", "busy", "largest_reply_bytes", 1 / 1024, 0, None),
+            ("scheduler peak RSS (MB)", "busy", "peak_rss_mb", 1, 1, None),
+        ]
+        for n in self.sizes:
+            for label, case, field, scale, digits, floor_case in spec:
+                higher_is_better = field == "per_second"
+                ours = self.get(f"{case} N={n}", "ours", field) * scale
+                cells = [label, f"{n:,}", fmt(ours, digits)]
+                if c:
+                    ref = self.get(f"{case} N={n}", "celery-redbeat", field) * scale
+                    better = times(ours, ref) if higher_is_better else times(ref, ours)
+                    cells += [fmt(ref, digits), better]
+                if floor_case:
+                    f = self.floor(f"{floor_case} N={n}")
+                    f = BUSY_K / f if higher_is_better else f * scale
+                    worse = times(f, ours) if higher_is_better else times(ours, f)
+                    cells += [fmt(f, digits), worse]
+                else:
+                    cells += ["", ""]
+                lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    def backlog(self) -> str:
+        bl = self.r.get("backlog")
+        if not bl:
+            return ""
+        lines = ["| implementation | K due | N | wall (s) | dispatches/s | ticks | round trips "
+                 "| most in a tick | largest reply (elements / KiB) | sent | floor dispatches/s "
+                 "| floor faster by |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for impl, k in (("ours", bl["ours"]), ("celery-redbeat", bl["ref"])):
+            key = f"backlog K={k} N={bl['size']}"
+            if impl not in self.r["cases"].get(key, {}):
+                continue
+            v = self.r["cases"][key][impl]
+            f_rate = k / self.floor(key)
+            lines.append(
+                f"| {impl} | {k:,} | {bl['size']:,} | {fmt(v['seconds'], 2)} | "
+                f"{fmt(v['per_second'])} | {fmt(v['ticks'])} | {fmt(v['round_trips'])} | "
+                f"{fmt(v['round_trips_max_tick'])} | {fmt(v['largest_reply_elements'])} / "
+                f"{fmt(v['largest_reply_bytes'] / 1024)} | {fmt(v['sent'])} | {fmt(f_rate)} | "
+                f"{times(f_rate, v['per_second'])} |"
+            )
+        return "\n".join(lines)
+
+    def lag(self) -> str:
+        key = f"lag N={self.big}"
+        lines = ["| implementation | sent / expected | early | p50 (ms) | p99 (ms) | max (ms) "
+                 "| idle CPU (% of a core) |", "|---|---|---|---|---|---|---|"]
+        for impl, v in self.r["cases"].get(key, {}).items():
+            lines.append(
+                f"| {impl} | {fmt(v['sent'])} / {fmt(v['expected'])} | {fmt(v['early'])} | "
+                f"{fmt(v['p50_ms'], 1)} | {fmt(v['p99_ms'], 1)} | {fmt(v['max_ms'], 1)} | "
+                f"{fmt(v['idle_cpu_percent'], 2)} |"
+            )
+        return "\n".join(lines)
+
+    def memory(self) -> str:
+        lines = ["| N | INFO used_memory delta per entry (B) | MEMORY USAGE: hash (B) "
+                 "| + sorted-set share (B) | = per entry (B) |", "|---|---|---|---|---|"]
+        for n, m in self.r["memory"].items():
+            lines.append(
+                f"| {int(n):,} | {fmt(m['info_delta_per_entry'])} | {fmt(m['hash_bytes'])} | "
+                f"{fmt(m['zset_bytes_per_member'])} | {fmt(m['memory_usage_bytes'])} |"
+            )
+        return "\n".join(lines)
+
+    def after_run(self) -> str:
+        key = f"busy N={self.mid}"
+        parts = []
+        for impl in self.r["cases"].get(key, {}):
+            parts.append(f"{impl} {fmt(self.get(key, impl, 'entry_bytes_after_run'))} B")
+        return ", ".join(parts)
+
+    def commands(self) -> str:
+        key = f"busy N={self.mid}"
+        parts = []
+        for impl, v in self.r["cases"].get(key, {}).items():
+            by = ", ".join(f"{name} {n}" for name, n in v["server_commands_by_name"].items())
+            parts.append(f"- {impl}: {by}")
+        return "\n".join(parts)
 
 
-def write_report(r: dict[str, Any], args: argparse.Namespace) -> None:
-    rows, detail = target_rows(r), detail_rows(r)
-    compare = _shape(r)[4]
-    command = (
-        "python benchmarks/bench.py"
-        + (f" --compare {args.compare}" if args.compare else "")
-        + (" --quick" if args.quick else "")
-    )
-    memory = ", ".join(f"N={n:,}: {v:,.0f} B" for n, v in r["memory_per_entry"].items())
-    text = f"""# Benchmark results
+def report(r: dict[str, Any], args: argparse.Namespace) -> str:
+    rep = Report(r)
+    m = machine()
+    impls = r["implementations"]
+    ours = impls["ours"]
+    described = [f"ours: redbeat {ours['version']} ({ours['module']}), Python "
+                 f"{ours['python_version']}, Celery {ours['celery']}, redis-py {ours['redis_py']}"]
+    if "celery-redbeat" in impls:
+        ref = impls["celery-redbeat"]
+        described.append(f"celery-redbeat {ref['version']} ({ref['python']}), Python "
+                         f"{ref['python_version']}, Celery {ref['celery']}, "
+                         f"redis-py {ref['redis_py']}")
+    command = "python benchmarks/bench.py" + (f" --compare {args.compare}" if args.compare else "")
+    command += " --quick" if args.quick else ""
+    command += f" --repeats {args.repeats}" if args.repeats != 3 else ""
+    dispatch = rep.get("dispatch cost", "ours", "seconds_per_dispatch") * 1e6
+    bl = r.get("backlog", {})
+    ref_note = ""
+    if rep.compare and bl and bl["ref"] != bl["ours"]:
+        ref_note = (f"celery-redbeat's backlog is measured at K={bl['ref']:,}, not "
+                    f"{bl['ours']:,}: it pays two round trips per entry, which at "
+                    f"{bl['ours']:,} would take minutes; its rate does not depend on K.\n")
+    return f"""# Benchmark results
 
-Machine: {machine()}; Redis {r["redis_version"]} on loopback (started by the benchmark).
-Command: `{command}`,
-run {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}.
+- Machine: {m['cores']} cores ({m['cpu']}), {m['os']}; shared and noisy.
+- Redis {r['redis_version']}, a private `redis-server` on a loopback port started by the benchmark.
+- {chr(10).join('- ' + d if i else d for i, d in enumerate(described))}
+- Command: `{command}`, run {r['date']}, {fmt(r['elapsed_s'])} s in all.
 
-Dispatch is a counting stand-in for `apply_async` in both implementations (the broker
-is not measured). Round trips are counted client side (each request redis-py writes is
-one round trip; a pipeline or a script call is one). Figures are medians of 3 runs (1
-at N=1,000,000); ratios are taken within this run. Timings on a shared 2-core machine
-are noisy: compare ratios, not absolute numbers.
+How it is measured (see README.md): every figure comes from a fresh subprocess of the
+interpreter being measured, using only the packages' public API; implementations are
+run in alternation on the same Redis. **Dispatch is a counting stand-in**: Celery's
+`Scheduler.send_task` records the send and publishes nothing, so the broker is not
+measured (Celery's own `apply_async` path around it costs {fmt(dispatch, 1)} µs per
+dispatch and is paid by both). **Round trips** are counted client side: each request
+redis-py writes (a command, a pipeline, a script call) is one; connection handshakes
+are counted apart. **Server commands** are the server's own `INFO commandstats` delta,
+a cross-check: a pipeline of n commands counts n, a script 1 plus what it calls.
+Timings are medians of {r['repeats']} runs (1 for the backlog and the lag); ratios are
+taken within this run. The **floor** is raw redis-py doing the same Redis work with no
+scheduling: one range read, one pipelined hash read, one pipelined write-back (startup:
+one pipelined read, one pipelined write of the statics; idle: one range read).
 
 ## Targets
 
-| target | measured | |
-|---|---|---|
-{chr(10).join(rows)}
+{rep.targets()}
 
-## Detail
+## Per N
 
-{chr(10).join(detail)}
+{rep.detail()}
 
-Redis memory per entry (used_memory delta while filling): {memory}.
-The floor is raw redis-py doing the same Redis reads and writes with no scheduling.
+## Backlog
+
+{rep.backlog()}
+
+{ref_note}
+## Dispatch lag
+
+{LAG_ENTRIES} entries due at staggered times over {fmt(r.get('lag_window_s', 10))} s (saved
+through each package's own `RedBeatSchedulerEntry.save()`), run through the real beat
+loop (tick, then sleep what it returns) with N={rep.big:,} entries in Redis; lag is send
+time minus due time.
+Idle CPU: the same loop for {fmt(min(5, r.get('lag_window_s', 10) / 2), 1)} s with nothing due.
+
+{rep.lag()}
+
+## Redis memory per entry
+
+Background entries in the shared format (definition and meta):
+
+{rep.memory()}
+
+An entry after one run through the scheduler (`MEMORY USAGE`, N={rep.mid:,}): {rep.after_run()}.
+
+## Server commands in one busy tick (K={BUSY_K:,}, N={rep.mid:,})
+
+{rep.commands()}
 """
-    if compare:
-        text += (
-            "\ncelery-redbeat's backlog was measured at K=10,000, not 100,000: at two "
-            "round trips per entry it would take minutes.\n"
-        )
-    (HERE / "RESULTS.md").write_text(text)
-    print(text)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--compare", metavar="PYTHON", help="an interpreter with celery-redbeat installed"
-    )
-    parser.add_argument("--quick", action="store_true", help="small N only")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--compare", metavar="PYTHON",
+                        help="an interpreter with celery-redbeat installed, measured alongside")
+    parser.add_argument("--ours", metavar="PYTHON",
+                        default=str(REPO_VENV_PYTHON if REPO_VENV_PYTHON.exists()
+                                    else sys.executable),
+                        help="the interpreter with our redbeat (default: the repo's .venv)")
+    parser.add_argument("--quick", action="store_true", help="N up to 10,000 only (under a minute)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per figure (median)")
+    parser.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server",
+                        help="the redis-server binary")
     Bench(parser.parse_args()).run()
 
 
