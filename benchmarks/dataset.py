@@ -36,10 +36,16 @@ def datetime_json(epoch: float) -> dict[str, Any]:
 
 
 def write_entries(
-    client: redis.Redis, entries: Iterable[tuple[str, float]], every: float, task: str
+    client: redis.Redis,
+    entries: Iterable[tuple[str, float]],
+    every: float,
+    task: str,
+    whole_seconds: bool = False,
 ) -> int:
     """Entries ``(name, due epoch)`` on an interval of ``every`` seconds whose last run
-    was exactly ``every`` before the due time; pipelined in chunks. Returns the count."""
+    was exactly ``every`` before the due time; pipelined in chunks. Returns the count.
+    ``whole_seconds`` scores them the way celery-redbeat 2.4.2's ``save()`` does: the
+    due time truncated to the second (the meta keeps the exact last run)."""
     written = 0
     pipe = client.pipeline(transaction=False)
     for name, due in entries:
@@ -55,7 +61,7 @@ def write_entries(
         meta = {"last_run_at": datetime_json(due - every), "total_run_count": 0}
         key = f"redbeat:{name}"
         pipe.hset(key, mapping={"definition": json.dumps(definition), "meta": json.dumps(meta)})
-        pipe.zadd(SCHEDULE_KEY, {key: due})
+        pipe.zadd(SCHEDULE_KEY, {key: int(due) if whole_seconds else due})
         written += 1
         if written % CHUNK == 0:
             pipe.execute()

@@ -319,10 +319,15 @@ def scenario_busy(url: str, due: int) -> dict[str, Any]:
     return result
 
 
-def scenario_lag(url: str, count: int, window: float = 10.0) -> dict[str, Any]:
+def scenario_lag(
+    url: str, count: int, window: float = 10.0, celery_redbeat_format: int = 0
+) -> dict[str, Any]:
     """``count`` entries due at staggered times over ``window`` seconds, run through the
     real beat loop (tick, sleep what it returns); then 5 s with nothing due for the idle
-    CPU (half the window when shorter)."""
+    CPU (half the window when shorter). The entries are saved through the package's own
+    entry API, or with ``celery_redbeat_format`` written raw the way celery-redbeat 2.4.2
+    stores them (scores truncated to the second), as a celery-redbeat client sharing the
+    schedule would."""
     scheduler = start(make_app(url))
     base = time.time() + 2.0
     plan = [(f"lag{i}", base + i * (window / count)) for i in range(count)]
@@ -330,7 +335,12 @@ def scenario_lag(url: str, count: int, window: float = 10.0) -> dict[str, Any]:
     # Saved through the package's own entry API, so each implementation stores the due
     # time its own way (celery-redbeat's scores are whole seconds, ours milliseconds).
     hourly = celery_schedule(timedelta(hours=1), app=scheduler.app)
-    for name, due in plan:
+    if celery_redbeat_format:
+        client = redis.Redis.from_url(url)
+        with METER.pause():
+            dataset.write_entries(client, plan, 3600.0, "tasks.lag", whole_seconds=True)
+        client.close()
+    for name, due in plan if not celery_redbeat_format else ():
         RedBeatSchedulerEntry(
             name,
             "tasks.lag",
