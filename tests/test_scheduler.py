@@ -411,3 +411,12 @@ def test_an_evicting_redis_is_warned_about_or_refused(caplog):
         assert "maxmemory-policy is allkeys-lru" in caplog.text
         with pytest.raises(SystemExit, match="refused"):
             RedBeatScheduler(make_app(server.url, redbeat_refuse_evicting_redis=True))
+
+
+def test_sleep_honours_a_score_corrected_in_this_tick(app):
+    """celery-redbeat saves due times cut to the second; the corrected time, not the
+    poll interval, decides how long the leader sleeps."""
+    RedBeatSchedulerEntry("cut", "tasks.x", 3600.0, app=app, last_run_at=at(-3600 + 0.4)).save()
+    get_redis(app).zadd(app.redbeat_conf.schedule_key, {"redbeat:cut": int(T0)})
+    scheduler = leader(app, Clock())
+    assert scheduler.tick() == pytest.approx(0.4, abs=0.01)

@@ -64,6 +64,12 @@ class Plan:
     ops: list[Op] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)
 
+    def earliest_score(self) -> float | None:
+        """The soonest due time this plan writes: an entry whose early score was just
+        corrected is due at its new score, which the fetch's next score cannot know."""
+        scores = [op.score for op in self.ops if op.score > 0]
+        return min(scores) if scores else None
+
 
 @dataclass(frozen=True)
 class Policy:

@@ -42,7 +42,7 @@ from .entry import (
 )
 from .lock import Holder, new_token
 from .nexttime import first_due, next_after
-from .planning import Claim, Policy, plan_batch, read_pending
+from .planning import Claim, Plan, Policy, plan_batch, read_pending
 from .settings import AT_LEAST_ONCE, RedBeatConfig, ensure_conf
 from .store import Fetch, LockLost, StaticWrite
 
@@ -222,14 +222,15 @@ class RedBeatScheduler(Scheduler):
             self.store.confirm(confirmed)
         if lost:
             raise LockLost(None)
-        return self._sleep_after(fetch, now_ts)
+        return self._sleep_after(fetch, plan, now_ts)
 
-    def _sleep_after(self, fetch: Fetch, now_ts: float) -> float:
+    def _sleep_after(self, fetch: Fetch, plan: Plan, now_ts: float) -> float:
         if len(fetch.rows) >= self.config.batch_size:
             return 0.0  # a backlog: the next batch at once (each batch extends the lock)
         interval = self.poll_interval
-        if fetch.next_score is not None:
-            interval = min(interval, fetch.next_score - now_ts)
+        for score in (fetch.next_score, plan.earliest_score()):
+            if score is not None:
+                interval = min(interval, score - now_ts)
         return max(interval, 0.0)
 
     def _become_leader(self, now: datetime) -> None:
