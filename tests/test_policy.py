@@ -125,8 +125,10 @@ def test_jitter_delays_the_send_but_keeps_the_slot_id(app):
     assert len(sent_at) == 20
     assert all(task_id.endswith(f":{round(T0 * 1000)}") for task_id in sent_at)
     assert len(set(sent_at.values())) > 5  # spread over the window, not all at once
-    policy = EntryPolicy(jitter=30)
-    assert policy.delay("j1", at(0)) == policy.delay("j1", at(0))  # same on every node
+    # the same slot gets the same delay on every node (no shared state, no randomness)
+    delays = {EntryPolicy(jitter=30).delay("j1", at(0)) for _ in range(3)}
+    assert len(delays) == 1 and timedelta(0) <= delays.pop() < timedelta(seconds=30)
+    assert EntryPolicy(jitter=30).delay("j1", at(0)) != EntryPolicy(jitter=30).delay("j2", at(0))
 
 
 def test_entries_without_policy_stay_242_compatible(app):
