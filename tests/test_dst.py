@@ -144,3 +144,83 @@ def test_app_timezone_crontab_follows_the_app_zone(redis_server):
     sent = [due for name, due in run_between(app, start, start + timedelta(hours=30))
             if name == "app-tz"]
     assert sent == [local("America/New_York", 2026, 3, 8, 3, 30)]
+
+
+@pytest.mark.parametrize("season", ["spring", "autumn"])
+@pytest.mark.parametrize("kind", ["crontab", "rrule"])
+def test_london_0230_runs_once_on_both_transition_nights(redis_server, season, kind):
+    # London changes at 01:00 local, so 02:30 exists once on both nights: the job must
+    # neither move nor repeat (a UTC-offset rrule would run at 01:30 or 03:30 instead).
+    app = make_app(redis_server.url)
+    day = (2026, 3, 29) if season == "spring" else (2026, 10, 25)
+    start = local(LONDON, *day, 0, 0) - timedelta(hours=3)
+    if kind == "crontab":
+        schedule = crontab(minute=30, hour=2, timezone=LONDON)
+    else:
+        schedule = rrule("DAILY", dtstart=datetime(2026, 1, 1, 2, 30), timezone=LONDON)
+    save(app, "daily", schedule, start)
+    sent = [due for name, due in run_between(app, start, start + timedelta(hours=8))
+            if name == "daily"]
+    assert sent == [local(LONDON, *day, 2, 30)]
+
+
+def test_lord_howe_hourly_runs_every_wall_clock_half_hour(redis_server):
+    # Lord Howe moves by 30 minutes: in spring 02:00 jumps to 02:30, in autumn 02:00
+    # falls back to 01:30. An every-hour crontab runs at each wall-clock :30 that
+    # happens, so both 01:30s run in autumn and 02:30 follows 01:30 by 30 min in spring.
+    app = make_app(redis_server.url)
+    zone = "Australia/Lord_Howe"
+    for name, day in (("spring", (2026, 10, 4)), ("autumn", (2026, 4, 5))):
+        start = local(zone, *day, 0, 0)
+        save(app, name, crontab(minute=30, timezone=zone), start)
+        end = local(zone, *day, 3, 45)
+        sent = sorted(due for n, due in run_between(app, start, end) if n == name)
+        walls = [(due.astimezone(ZoneInfo(zone)).strftime("%H:%M"),
+                  due.astimezone(ZoneInfo(zone)).utcoffset()) for due in sent]
+        gaps = [b - a for a, b in zip(sent, sent[1:], strict=False)]
+        if name == "spring":
+            assert [w for w, _ in walls] == ["00:30", "01:30", "02:30", "03:30"]
+            assert gaps == [timedelta(hours=1), timedelta(minutes=30), timedelta(hours=1)]
+        else:
+            assert [w for w, _ in walls] == ["00:30", "01:30", "01:30", "02:30", "03:30"]
+            assert walls[1][1] != walls[2][1]  # the two 01:30s are different instants
+            assert gaps == [timedelta(hours=1), timedelta(minutes=30), timedelta(hours=1),
+                            timedelta(hours=1)]
+
+
+@pytest.mark.parametrize("kind", ["crontab", "rrule"])
+def test_leap_day_rule_runs_only_on_february_29(redis_server, kind):
+    app = make_app(redis_server.url)
+    zone = NEW_YORK
+    start = local(zone, 2027, 2, 1, 0, 0)
+    if kind == "crontab":
+        schedule = crontab(minute=30, hour=2, day_of_month=29, month_of_year=2, timezone=zone)
+    else:
+        schedule = rrule("YEARLY", dtstart=datetime(2027, 1, 1, 2, 30), bymonth=2,
+                         bymonthday=29, timezone=zone)
+    save(app, "leap", schedule, start)
+    # one tick a day for 14 months: 2027 has no Feb 29, 2028 has one
+    sent = [due for name, due in run_between(app, start, local(zone, 2028, 4, 1, 0, 0),
+                                             step=timedelta(days=1)) if name == "leap"]
+    assert sent == [local(zone, 2028, 2, 29, 2, 30)]
+
+
+def test_month_end_rules(redis_server):
+    app = make_app(redis_server.url)
+    zone = "Australia/Lord_Howe"
+    start = local(zone, 2028, 1, 1, 0, 0)
+    # bymonthday=-1 is every month's last day; a crontab's 31 skips the shorter months
+    save(app, "last-day", rrule("MONTHLY", dtstart=datetime(2028, 1, 1, 2, 30),
+                                bymonthday=-1, timezone=zone), start)
+    save(app, "the-31st", crontab(minute=30, hour=2, day_of_month=31, timezone=zone), start)
+    sent = run_between(app, start, local(zone, 2028, 7, 1, 12, 0), step=timedelta(days=1))
+    last_day = [due.astimezone(ZoneInfo(zone)).date().isoformat()
+                for name, due in sent if name == "last-day"]
+    the_31st = [due.astimezone(ZoneInfo(zone)).date().isoformat()
+                for name, due in sent if name == "the-31st"]
+    assert last_day == ["2028-01-31", "2028-02-29", "2028-03-31", "2028-04-30",
+                        "2028-05-31", "2028-06-30"]
+    assert the_31st == ["2028-01-31", "2028-03-31", "2028-05-31"]
+    # the wall time holds across Lord Howe's April change (+11 -> +10:30)
+    assert {due.astimezone(ZoneInfo(zone)).strftime("%H:%M") for name, due in sent
+            if name in ("last-day", "the-31st")} == {"02:30"}
