@@ -4,14 +4,15 @@ start/end windows, misfire grace, catch-up, jitter, retention."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from redbeat import RedBeatSchedulerEntry
+from redbeat import RedBeatSchedulerEntry, manage
 from redbeat.entry import InvalidEntry
 from redbeat.policy import EntryPolicy
-from redbeat.schedulers import get_redis
+from redbeat.schedulers import SWEEP_EVERY, get_redis
 from redbeat.schedules import clocked
 from test_scheduler import T0, Clock, at, leader
 
@@ -35,6 +36,26 @@ def test_one_off_runs_once_then_is_finished_and_expires(app):
     assert client.zscore("redbeat::schedule", "redbeat:once") == -1  # parked, never read
     assert 0 < client.ttl("redbeat:once") <= 3600
     assert json.loads(client.hget("redbeat:once", "meta"))["total_run_count"] == 1
+
+
+def test_expired_finished_entries_leave_no_member_behind(app):
+    # A one-off's hash expires after its ttl, but its parked member is read by no tick:
+    # without the leader's sweep the schedule would grow by one member per one-off.
+    clock = Clock()
+    RedBeatSchedulerEntry("once", "tasks.once", clocked(at(5)), ttl=3600, app=app).save()
+    RedBeatSchedulerEntry("off", "tasks.off", 60.0, enabled=False, app=app).save()
+    scheduler = leader(app, clock)
+    clock.now = T0 + 5
+    scheduler.tick()
+    client = get_redis(app)
+    client.pexpire("redbeat:once", 1)  # the ttl running out, without waiting an hour
+    time.sleep(0.05)
+    assert client.zscore("redbeat::schedule", "redbeat:once") == -1
+    assert "once" not in [info.name for info in manage.list_entries(app)]
+    clock.now = T0 + 5 + SWEEP_EVERY
+    scheduler.tick()
+    assert client.zscore("redbeat::schedule", "redbeat:once") is None
+    assert client.zscore("redbeat::schedule", "redbeat:off") == -1  # parked, hash alive
 
 
 def test_one_off_in_the_past_runs_once_when_beat_starts(app):

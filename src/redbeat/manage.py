@@ -102,6 +102,8 @@ def iter_entries(app: Celery, page: int = PAGE) -> Iterator[EntryInfo]:
                 pipe.hgetall(key)
             replies = store.policy.call(pipe.execute)
         for (key, score), fields in zip(members, replies, strict=True):
+            if not fields and score == PARKED_SCORE:
+                continue  # a finished entry whose ttl ran out; the leader's sweep drops it
             yield _info(app, key, score, fields, statics)
         start += page
 

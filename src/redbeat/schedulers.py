@@ -51,6 +51,8 @@ logger = logging.getLogger("celery.beat")
 SENT, BROKER_DOWN = object(), object()
 
 EVICTING_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
+#: Parked members checked for an expired hash per sweep, and seconds between sweeps.
+SWEEP_PAGE, SWEEP_EVERY = 500, 60.0
 
 
 class RedBeatScheduler(Scheduler):
@@ -75,6 +77,8 @@ class RedBeatScheduler(Scheduler):
         self.leading = False
         self._standby_holder: str | None = None
         self._redis_down = False
+        self._sweep_at = 0.0
+        self._sweep_offset = 0
         super().__init__(app, **kwargs)
         self.config.max_loop_interval = float(self.max_interval)
 
@@ -222,6 +226,8 @@ class RedBeatScheduler(Scheduler):
             self.store.confirm(confirmed)
         if lost:
             raise LockLost(None)
+        if now_ts >= self._sweep_at:
+            self._sweep_parked(now_ts)
         return self._sleep_after(fetch, plan, now_ts)
 
     def _sleep_after(self, fetch: Fetch, plan: Plan, now_ts: float) -> float:
@@ -233,11 +239,21 @@ class RedBeatScheduler(Scheduler):
                 interval = min(interval, score - now_ts)
         return max(interval, 0.0)
 
+    def _sweep_parked(self, now_ts: float) -> None:
+        """One page of parked members on taking the lead and then once a minute:
+        finished entries whose time-to-live ran out leave a member no tick reads, which
+        would otherwise accumulate forever."""
+        self._sweep_offset, dropped = self.store.sweep_parked(self._sweep_offset, SWEEP_PAGE)
+        self._sweep_at = now_ts + SWEEP_EVERY
+        if dropped:
+            logger.info("beat: Dropped %d expired finished entries from the schedule", dropped)
+
     def _become_leader(self, now: datetime) -> None:
         logger.info("beat: Leading as %s", Holder.parse(self.node_id))
         self.leading = True
         self._standby_holder = None
         self.sync_statics(now)
+        self._sweep_parked(now.timestamp())
 
     def _standby(self, fetch: Fetch) -> float:
         holder = fetch.holder or ""

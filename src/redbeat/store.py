@@ -120,7 +120,7 @@ class ScheduleStore:
         self.policy = policy or RetryPolicy()
         self._scripts = {
             name: client.register_script(load_script(name))
-            for name in ("tick", "commit", "sync_statics", "release", "extend")
+            for name in ("tick", "commit", "sync_statics", "release", "extend", "sweep")
         }
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -197,6 +197,12 @@ class ScheduleStore:
         ids = list(task_ids)
         if ids:
             self.policy.call(lambda: self.client.hdel(self.keys.pending, *ids))
+
+    def sweep_parked(self, offset: int, count: int) -> tuple[int, int]:
+        """Drop up to ``count`` parked members whose hash expired, from ``offset`` on;
+        returns where to continue (0: start over) and how many were dropped."""
+        next_offset, dropped = self._run("sweep", [self.keys.schedule], [offset, count])
+        return int(next_offset), int(dropped)
 
     # -- the lock ------------------------------------------------------------------------
 

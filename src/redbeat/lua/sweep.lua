@@ -1,0 +1,23 @@
+-- Drop parked members whose entry hash is gone. A finished entry with a time-to-live
+-- (policy "ttl") is parked at -1 and its hash EXPIREs; ticks never read parked members,
+-- so without this sweep every expired one-off would leave its member behind forever.
+-- Unfenced on purpose: removing a member whose hash no longer exists is correct from
+-- any node, and a save writes the hash and the member in one transaction.
+--
+-- KEYS[1] - schedule sorted set (parked members have score -1)
+-- ARGV[1] - offset into the parked members to start at
+-- ARGV[2] - how many parked members to look at
+-- returns {offset to continue at (0 once the end was reached), members dropped}
+local count = tonumber(ARGV[2])
+local members = redis.call('ZRANGEBYSCORE', KEYS[1], -1, -1, 'LIMIT', ARGV[1], count)
+local dropped = 0
+for _, key in ipairs(members) do
+  if redis.call('EXISTS', key) == 0 then
+    redis.call('ZREM', KEYS[1], key)
+    dropped = dropped + 1
+  end
+end
+if #members < count then
+  return {0, dropped}
+end
+return {tonumber(ARGV[1]) + #members - dropped, dropped}
