@@ -3,6 +3,7 @@ slot ever sent under two task ids. Sends are counted from the Redis broker's que
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 
@@ -106,5 +107,10 @@ def test_frozen_leader_sends_nothing_when_it_wakes(cluster):
     time.sleep(2)
     assert leader.log().count("Sending due task") == sent_before_thaw
     assert leader.process.poll() is None  # it stands by, it does not die
+    # Frozen between claiming a slot and the broker's acceptance, the leader finishes
+    # that one publish when it wakes, and the successor has re-sent the slot because it
+    # was never confirmed: at-least-once, under the same id. Any other repeat is a bug.
+    in_flight = re.findall(r"id=(\S+)", leader.log())[-1]
     ids = cluster.queued_task_ids()
-    assert len(ids) == len(set(ids))  # no slot sent twice
+    repeats = {task_id: n for task_id, n in Counter(ids).items() if n > 1}
+    assert repeats in ({}, {in_flight: 2}), (repeats, in_flight)
