@@ -3,7 +3,6 @@ forced failover, and Redis Cluster with a failover. All real servers."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import ssl
 
@@ -14,6 +13,7 @@ from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.cli import main
 from redbeat.entry import store_for
+from redbeat.manage import get_entry
 from support.deployments import ACLServer, ClusterDeployment, SentinelDeployment, TLSServer
 from support.redis_server import redis_required, redis_server_binary
 
@@ -126,8 +126,8 @@ def test_cluster_with_a_tagged_prefix_and_a_failover():
         before = len(scheduler.sent)
         run_until_sent(scheduler, before + 4)
         assert len(scheduler.sent) == len(set(scheduler.sent))
-        info = json.loads(store_for(app).client.hget(f"{prefix}clustered", "history"))
-        assert info[0]["task_id"] in scheduler.sent  # history written through the cluster
+        history = get_entry(app, "clustered").history
+        assert history[0]["task_id"] in scheduler.sent  # history written through the cluster
         scheduler.close()
 
         untagged = make_app(deployment.url)

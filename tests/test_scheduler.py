@@ -182,9 +182,9 @@ def test_commit_after_losing_the_lock_dispatches_nothing(app):
     client = get_redis(app)
     real_commit = scheduler.store.commit
 
-    def commit_after_takeover(ops, token, lock_ms):
+    def commit_after_takeover(ops, token, lock_ms, claimer):
         client.set(app.redbeat_conf.lock_key, "other-host:1:abc")  # another node took over
-        return real_commit(ops, token, lock_ms)
+        return real_commit(ops, token, lock_ms, claimer)
 
     scheduler.store.commit = commit_after_takeover
     scheduler.tick()
@@ -420,3 +420,54 @@ def test_sleep_honours_a_score_corrected_in_this_tick(app):
     get_redis(app).zadd(app.redbeat_conf.schedule_key, {"redbeat:cut": int(T0)})
     scheduler = leader(app, Clock())
     assert scheduler.tick() == pytest.approx(0.4, abs=0.01)
+
+
+def test_history_keeps_the_newest_records_first_and_bounded(redis_server):
+    from redbeat.manage import get_entry
+
+    app = make_app(redis_server.url, redbeat_history_length=3)
+    clock = Clock()
+    entry = RedBeatSchedulerEntry("every-10", "tasks.x", 10.0, app=app, last_run_at=at(-10))
+    entry.save()
+    get_redis(app).hset(entry.key, "history:1", "not json")  # advisory: skipped, not fatal
+    scheduler = leader(app, clock)
+    for step in range(5):
+        clock.now = T0 + 10 * step
+        scheduler.tick()
+    fields = get_redis(app).hkeys(entry.key)
+    assert sorted(name for name in fields if name.startswith("history")) == \
+        ["history:0", "history:1", "history:2"]  # a ring: one field per record kept
+    history = get_entry(app, "every-10").history
+    assert [record["task_id"] for record in history] == \
+        [task_id for _, task_id in reversed(scheduler.sent)][:3]
+    assert history[0] == {"task_id": f"every-10:{round((T0 + 40) * 1000)}",
+                          "due": at(40).isoformat(), "claimed_at": at(40).isoformat(),
+                          "node": scheduler.node_id}
+
+
+class BrokerDown(Recording):
+    def apply_async(self, entry, producer=None, advance=True, **kwargs):
+        raise ConnectionRefusedError("broker down")
+
+
+def test_a_pending_message_holds_the_claimed_definition_byte_for_byte(app):
+    """commit.lua writes the message; the definition has quotes, slashes, escapes and
+    text beyond ASCII, all of which must come back exactly."""
+    from redbeat.planning import read_pending
+
+    entry = RedBeatSchedulerEntry("café/\"x\"", "tasks.x", 10.0, app=app,
+                                  args=["naïve ☃", "tab\there", "\u2028"], last_run_at=at(-10))
+    entry.save()
+    scheduler = BrokerDown(app, clock=Clock())
+    scheduler.tick()
+    scheduler.tick()
+    pending = get_redis(app).hgetall(app.redbeat_conf.keys.pending)
+    task_id = f"{entry.name}:{round(T0 * 1000)}"
+    assert list(pending) == [task_id]
+    message = json.loads(pending[task_id])
+    assert message == {"key": entry.key, "definition": get_redis(app).hget(entry.key,
+                                                                           "definition"),
+                       "due": T0, "claimed_at": T0, "node": scheduler.node_id,
+                       "reason": "scheduled"}
+    resent = read_pending(app, pending[task_id])
+    assert resent.entry.args == entry.args and resent.due == at(0)

@@ -16,10 +16,22 @@ from dataclasses import dataclass
 DEFINITION = "definition"
 META = "meta"
 QUARANTINE = "quarantine"
-HISTORY = "history"
+#: Dispatch records live in a ring of fields ``history:0`` .. ``history:<n-1>`` (n is
+#: ``redbeat_history_length``): each dispatch overwrites one slot of the ring, chosen by
+#: the run count, so recording it is one more field in the write that reschedules the
+#: entry, never a read of the old history (rewriting a JSON array per dispatch costs
+#: Redis more than the rest of the tick's writes).
+HISTORY_PREFIX = "history:"
 CHANGED = "changed"
 POLICY = "policy"
 MISFIRES = "misfires"
+
+
+
+def history_field(run_number: int, history_length: int) -> str:
+    """The ring slot of the run with this number (counted from 0)."""
+    return f"{HISTORY_PREFIX}{run_number % history_length}"
+
 
 #: A schedule-set score that no tick ever selects (ticks read from score 0 up).
 PARKED_SCORE = -1.0

@@ -18,7 +18,15 @@ from typing import Any
 from celery import Celery
 
 from .entry import InvalidEntry, RedBeatSchedulerEntry, node_name, store_for
-from .keys import CHANGED, DEFINITION, HISTORY, META, PARKED_SCORE, POLICY, QUARANTINE
+from .keys import (
+    CHANGED,
+    DEFINITION,
+    HISTORY_PREFIX,
+    META,
+    PARKED_SCORE,
+    POLICY,
+    QUARANTINE,
+)
 from .planning import Claim, pending_message
 from .settings import ensure_conf
 from .store import Row
@@ -78,11 +86,26 @@ def _info(app: Celery, key: str, score: float | None, fields: dict[str, str],
                                                   fields.get(META), policy=fields.get(POLICY))
     except InvalidEntry as exc:
         info.error = exc.reason
-    try:
-        info.history = json.loads(fields.get(HISTORY) or "[]")
-    except ValueError:
-        info.history = []
+    info.history = read_history(fields, config.history_length)
     return info
+
+
+def read_history(fields: dict[str, str], history_length: int) -> list[dict[str, Any]]:
+    """The entry's dispatch records, newest first: the ring of ``history:<n>`` fields in
+    order of due time (a record that is not JSON is skipped: history is advisory)."""
+    records = []
+    for name, text in fields.items():
+        if not name.startswith(HISTORY_PREFIX):
+            continue
+        try:
+            record = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    records.sort(key=lambda record: (str(record.get("due")), str(record.get("claimed_at"))),
+                 reverse=True)
+    return records[:max(history_length, 0)]
 
 
 def iter_entries(app: Celery, page: int = PAGE) -> Iterator[EntryInfo]:

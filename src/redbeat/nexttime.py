@@ -38,7 +38,10 @@ MAX_CATCH_UP_STEPS = 10_000
 
 
 def utc(moment: datetime) -> datetime:
-    if moment.tzinfo is None:
+    zone = moment.tzinfo
+    if zone is UTC:
+        return moment  # most calls, on the tick's hot path
+    if zone is None:
         return moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC)
 

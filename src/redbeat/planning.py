@@ -22,6 +22,8 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
+from json.encoder import encode_basestring_ascii
 
 from celery import Celery
 
@@ -32,7 +34,7 @@ from .entry import (
     meta_json,
     to_score,
 )
-from .keys import HISTORY, META, MISFIRES, PARKED_SCORE, QUARANTINE
+from .keys import META, MISFIRES, PARKED_SCORE, QUARANTINE, history_field
 from .nexttime import first_due, next_after
 from .policy import EntryPolicy, misfire_record
 from .store import Op, Row
@@ -81,44 +83,31 @@ class Policy:
     history_length: int = 10
     misfire_grace_time: float | None = None
 
+    @cached_property
+    def node_json(self) -> str:
+        return str(encode_basestring_ascii(self.node))
+
 
 def pending_message(row: Row, claim: Claim, now: datetime, node: str,
                     reason: str = "scheduled") -> str:
     """What a later tick (or the next leader) needs to publish the slot again: the
     definition as it was claimed (raw, so re-sending decodes it exactly as the first
     send did) and the slot's due time. ``reason`` is "scheduled", or "run-now" for a
-    run an operator asked for (the leader publishes pending messages on its next tick)."""
+    run an operator asked for (the leader publishes pending messages on its next tick).
+    commit.lua writes the messages of scheduled slots in this same shape, from the
+    definition it fenced the claim with; :func:`read_pending` reads both."""
     return json.dumps({
         "key": row.key, "definition": row.definition, "due": claim.due.timestamp(),
         "claimed_at": now.timestamp(), "node": node, "reason": reason,
     })
 
 
-#: Every history record is written by us with this first key; inside a JSON string a
-#: quote is escaped, so the number of occurrences is the number of records.
-RECORD_START = '{"task_id":'
-
-
-def _history(row: Row, claims: list[Claim], now: datetime, policy: Policy) -> str:
-    """The entry's history with this tick's dispatches in front, newest first, bounded;
-    '' when nothing changes."""
-    if policy.history_length <= 0 or not claims:
-        return ""
-    records = [json.dumps({"task_id": claim.task_id, "due": claim.due.isoformat(),
-                           "claimed_at": now.isoformat(), "node": policy.node})
-               for claim in reversed(claims)][: policy.history_length]
-    text = row.history or ""
-    if text.startswith("[" + RECORD_START) and \
-            text.count(RECORD_START) + len(records) <= policy.history_length:
-        return "[" + ", ".join(records) + ", " + text[1:]  # prepend without re-parsing
-    try:
-        previous = json.loads(text) if text else []
-    except ValueError:
-        previous = []  # history is ours and advisory: a corrupt one is replaced
-    if not isinstance(previous, list):
-        previous = []
-    kept = [json.dumps(item) for item in previous[: policy.history_length - len(records)]]
-    return "[" + ", ".join([*records, *kept]) + "]"
+def history_record(task_id: str, due: datetime, claimed_at: str, node_json: str) -> str:
+    """One dispatch as the entry's history keeps it (see keys.HISTORY_PREFIX).
+    Written as text, not through json.dumps: this runs for every dispatch, and only the
+    task id can need escaping (the node arrives escaped, the times are ISO 8601)."""
+    return (f'{{"task_id": {encode_basestring_ascii(task_id)}, "due": "{due.isoformat()}", '
+            f'"claimed_at": "{claimed_at}", "node": {node_json}}}')
 
 
 def quarantine_reason(reason: str, now: datetime, policy: Policy) -> str:
@@ -137,7 +126,7 @@ def plan_row(
     app: Celery, row: Row, now: datetime, policy: Policy, plan: Plan,
     entry_class: type[RedBeatSchedulerEntry] = RedBeatSchedulerEntry,
 ) -> None:
-    if row.definition is None and row.meta is None and row.history is None:
+    if row.definition is None and row.meta is None and row.policy is None:
         logger.warning("beat: %s is in the schedule but is not an entry hash; removing it",
                        printable(row.key))
         reason = quarantine_reason("the hash has no 'definition' field", now, policy)
@@ -175,33 +164,40 @@ def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, due: date
            now: datetime, policy: Policy, plan: Plan) -> None:
     """Claim the slots of a due entry: coalesced or one by one, minus those too late."""
     slots, dropped = rules.missed(entry.schedule, due, now)
-    runs = [slot for slot in slots if not rules.too_late(slot + rules.delay(entry.name, slot),
-                                                         now)]
-    skipped = [slot for slot in slots if slot not in runs]
+    runs, skipped = slots, []  # type: list[datetime], list[datetime]
+    if rules.misfire_grace_time is not None:
+        runs = []
+        for slot in slots:
+            late = rules.too_late(slot + rules.delay(entry.name, slot), now)
+            (skipped if late else runs).append(slot)
     if slots[0] != due and rules.coalesce:
         logger.info("beat: %s missed slots from %s; one catch-up run for %s",
                     entry.name, due, slots[-1])
+    fields = [(META, meta_json(slots[-1], entry.total_run_count + len(runs)))]
     if skipped or dropped:
         logger.warning("beat: %s: %d slot(s) skipped (past the misfire grace time or the "
                        "catch-up bound)", entry.name, len(skipped) + dropped)
-    claims = [Claim(slot_task_id(entry.name, slot) if policy.deterministic_task_ids
-                    else str(uuid.uuid4()), entry, slot) for slot in runs]
-    fields = [(META, meta_json(slots[-1], entry.total_run_count + len(runs)))]
-    history = _history(row, claims, now, policy)
-    if history:
-        fields.append((HISTORY, history))
-    misfires = misfire_record(row.misfires, len(skipped) + dropped,
-                              skipped[-1] if skipped else None)
-    if misfires:
-        fields.append((MISFIRES, misfires))
-    pending = tuple((claim.task_id, pending_message(row, claim, now, policy.node))
-                    for claim in claims) if policy.at_least_once else ()
+        misfires = misfire_record(row.misfires, len(skipped) + dropped,
+                                  skipped[-1] if skipped else None)
+        if misfires:
+            fields.append((MISFIRES, misfires))
+    claimed_at = now.isoformat()
+    claims, pending = [], []
+    for run, slot in enumerate(runs, entry.total_run_count):
+        task_id = slot_task_id(entry.name, slot) if policy.deterministic_task_ids \
+            else str(uuid.uuid4())
+        claims.append(Claim(task_id, entry, slot))
+        if policy.at_least_once:
+            pending.append((task_id, repr(slot.timestamp())))
+        if policy.history_length > 0:
+            fields.append((history_field(run, policy.history_length),
+                           history_record(task_id, slot, claimed_at, policy.node_json)))
     following = rules.window(entry.schedule, next_after(entry.schedule, slots[-1]))
     score = PARKED_SCORE if following is None else to_score(
         following + rules.delay(entry.name, following))
     expire = int(rules.ttl or 0) if following is None else 0
-    plan.ops.append(Op("update", row.key, row.fingerprint, score, tuple(fields), pending,
-                       expire))
+    plan.ops.append(Op("update", row.key, row.fingerprint, score, tuple(fields),
+                       tuple(pending), expire))
     plan.claims.extend(claims)
 
 

@@ -180,9 +180,10 @@ class RedBeatConfig:
 
 def ensure_conf(app: Celery | None = None) -> RedBeatConfig:
     """The app's settings, built on first use and kept on ``app.redbeat_conf``."""
-    from celery import current_app
+    if app is None:
+        from celery import current_app
 
-    app = app or current_app._get_current_object()
+        app = current_app._get_current_object()
     config = getattr(app, "redbeat_conf", None)
     if config is None:
         config = RedBeatConfig(app)

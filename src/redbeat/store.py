@@ -9,10 +9,11 @@ and ``confirm`` (1), whatever the number of due entries.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 from .keys import CHANGED, DEFINITION, META, POLICY, QUARANTINE, KeyLayout
 from .retry import RetryPolicy
@@ -28,15 +29,14 @@ def fingerprint(definition: str | None, meta: str | None) -> str:
     return hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-@dataclass(frozen=True)
-class Row:
-    """One due entry as tick.lua read it: raw text, decoded later."""
+class Row(NamedTuple):
+    """One due entry as tick.lua read it: raw text, decoded later. (A tuple: a tick
+    builds a thousand of them.)"""
 
     key: str
     score: float
     definition: str | None
     meta: str | None
-    history: str | None = None
     policy: str | None = None
     misfires: str | None = None
 
@@ -64,18 +64,22 @@ class Op:
     fingerprint: str = ""
     score: float = 0.0
     fields: tuple[tuple[str, str], ...] = ()
-    pending: tuple[tuple[str, str], ...] = ()
+    slots: tuple[tuple[str, str], ...] = ()  # (task id, due epoch seconds) to keep pending
     expire: int = 0
 
-    def args(self) -> list[Any]:
-        args: list[Any] = [self.kind, self.key, self.fingerprint, repr(self.score),
-                           self.expire, len(self.fields)]
-        for pair in self.fields:
-            args.extend(pair)
-        args.append(len(self.pending))
-        for pair in self.pending:
-            args.extend(pair)
-        return args
+    def as_json(self) -> list[Any]:
+        """The operation as commit.lua reads it (see its header)."""
+        return [self.kind, self.key, self.fingerprint, repr(self.score), self.expire,
+                [text for pair in self.fields for text in pair],
+                [text for pair in self.slots for text in pair]]
+
+
+@dataclass(frozen=True)
+class Claimer:
+    """Who claims this tick's slots and when, as pending messages record it."""
+
+    node: str
+    claimed_at: float
 
 
 @dataclass(frozen=True)
@@ -175,19 +179,19 @@ class ScheduleStore:
         next_score = float(reply[1]) if reply[1] is not None else None
         flat_pending = reply[2]
         pending = dict(zip(flat_pending[0::2], flat_pending[1::2], strict=True))
-        flat = reply[3]
-        rows = [
-            Row(flat[i], float(flat[i + 1]), *flat[i + 2:i + 7])
-            for i in range(0, len(flat), 7)
-        ]
+        rows = [Row(key, float(score), *fields)
+                for key, score, *fields in json.loads(reply[3]) or ()]
         return Fetch(status, next_score=next_score, pending=pending, rows=rows)
 
-    def commit(self, ops: Sequence[Op], token: str, lock_timeout_ms: int) -> int:
+    def commit(self, ops: Sequence[Op], token: str, lock_timeout_ms: int,
+               claimer: Claimer) -> int:
         """Apply ``ops`` atomically if this node holds the lock; raises LockLost otherwise."""
-        args: list[Any] = [token, lock_timeout_ms]
-        for op in ops:
-            args.extend(op.args())
-        reply = self._run("commit", [self.keys.schedule, self.keys.lock, self.keys.pending], args)
+        # ensure_ascii=False: text that was not UTF-8 (kept as surrogates) goes back as
+        # the bytes it was read as, which cjson passes through unchanged
+        operations = json.dumps([op.as_json() for op in ops], ensure_ascii=False)
+        reply = self._run("commit", [self.keys.schedule, self.keys.lock, self.keys.pending],
+                          [token, lock_timeout_ms, repr(claimer.claimed_at), claimer.node,
+                           operations])
         if reply[0] == "lost":
             raise LockLost(reply[1])
         return int(reply[1])

@@ -8,15 +8,20 @@
 -- KEYS[3] - pending hash
 -- ARGV[1] - lock token of this node; '' when locking is disabled
 -- ARGV[2] - lock timeout, milliseconds
--- ARGV[3..] - operations, each:
---   kind, key, fingerprint, score, expire_seconds, N, N field/value pairs,
---   P, P task_id/message pairs
+-- ARGV[3] - claimed at, epoch seconds, and ARGV[4] - this node's name: both go into
+--           the pending messages
+-- ARGV[5] - the operations, one JSON array (cjson decodes it in C; thousands of
+--           separate arguments cost the client more to send than the script to run):
+--   [[kind, key, fingerprint, score, expire_seconds, [field, value, ...],
+--     [task_id, due, ...]], ...]
+--   score and due are decimal strings, so no digit is lost to Lua's number formatting
 --
 -- Operation kinds:
---   'update'     if unchanged: write the fields (new meta, history, misfires), record
---                the pending slots (messages kept until their publish is confirmed),
---                clear an earlier quarantine, set the score, and EXPIRE the hash when
---                expire_seconds > 0 (a finished entry with a time-to-live)
+--   'update'     if unchanged: write the fields (new meta, history records, misfires),
+--                record the slots as pending (each message holds
+--                the definition the slot was claimed from, kept until its publish is
+--                confirmed), clear an earlier quarantine, set the score, and EXPIRE the
+--                hash when expire_seconds > 0 (a finished entry with a time-to-live)
 --   'quarantine' if unchanged, or if the hash has no definition to fingerprint: write
 --                the fields (the reason) and set the score (the parked -1)
 --   'drop'       the hash is gone (or the key is not a hash): remove the member; if a
@@ -31,6 +36,8 @@ if token ~= '' then
   end
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
+local message_tail = ', "claimed_at": ' .. ARGV[3] .. ', "node": ' .. cjson.encode(ARGV[4]) ..
+  ', "reason": "scheduled"}'
 
 -- Scores and pending slots are collected and written with one ZADD and one HSET (in
 -- chunks, to stay below Lua's unpack limit): per-entry calls are most of this script's
@@ -41,28 +48,23 @@ local function flush(command, key, args)
     redis.call(command, key, unpack(args, first, math.min(first + 1999, #args)))
   end
 end
-local function write_fields(key, first, count)
-  if count > 0 then
-    redis.call('HSET', key, unpack(ARGV, first, first + 2 * count - 1))
+
+local function write_fields(key, fields)
+  if #fields > 0 then
+    redis.call('HSET', key, unpack(fields))
   end
 end
 
 local applied = 0
-local i = 3
-while i <= #ARGV do
-  local kind, key, fingerprint, score = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local expire = tonumber(ARGV[i + 4])
-  local field_count = tonumber(ARGV[i + 5])
-  local fields_at = i + 6
-  local pending_count = tonumber(ARGV[fields_at + 2 * field_count])
-  local pending_at = fields_at + 2 * field_count + 1
-  i = pending_at + 2 * pending_count
+for _, op in ipairs(cjson.decode(ARGV[5])) do
+  local kind, key, fingerprint, score, expire, fields, slots =
+    op[1], op[2], op[3], op[4], op[5], op[6], op[7]
 
   if kind == 'drop' then
     if redis.call('TYPE', key).ok ~= 'hash' then
       redis.call('ZREM', KEYS[1], key)
     else
-      write_fields(key, fields_at, field_count)
+      write_fields(key, fields)
       scores[#scores + 1] = score
       scores[#scores + 1] = key
     end
@@ -72,11 +74,16 @@ while i <= #ARGV do
     local unchanged = current[1] and
       redis.sha1hex(current[1] .. '\n' .. (current[2] or '')) == fingerprint
     if unchanged or (kind == 'quarantine' and not current[1]) then
-      write_fields(key, fields_at, field_count)
-      if kind == 'update' then
-        for p = pending_at, pending_at + 2 * pending_count - 1 do
-          pending[#pending + 1] = ARGV[p]
+      if kind == 'update' and #slots > 0 then
+        local message_head = '{"key": ' .. cjson.encode(key) .. ', "definition": ' ..
+          cjson.encode(current[1]) .. ', "due": '
+        for s = 1, #slots, 2 do
+          pending[#pending + 1] = slots[s]
+          pending[#pending + 1] = message_head .. slots[s + 1] .. message_tail
         end
+      end
+      write_fields(key, fields)
+      if kind == 'update' then
         if current[3] then
           redis.call('HDEL', key, 'quarantine')
         end
