@@ -88,16 +88,20 @@ UTC_META = re.compile(
     r'"day": (\d+), "hour": (\d+), "minute": (\d+), "second": (\d+), '
     r'"microsecond": (\d+), "timezone": "UTC"\}(?:, "total_run_count": (\d+))?\}\Z'
 )
-UTC_META_TEXT = (
-    '{{"last_run_at": {{"__type__": "datetime", "year": {0.year}, "month": {0.month}, '
-    '"day": {0.day}, "hour": {0.hour}, "minute": {0.minute}, "second": {0.second}, '
-    '"microsecond": {0.microsecond}, "timezone": "UTC"}}, "total_run_count": {1}}}'
-)
+
+
+def utc_meta_text(moment: datetime, total_run_count: int) -> str:
+    """The fast path's meta text (an f-string: twice as fast as str.format here)."""
+    m = utc(moment)
+    return (f'{{"last_run_at": {{"__type__": "datetime", "year": {m.year}, "month": {m.month}, '
+            f'"day": {m.day}, "hour": {m.hour}, "minute": {m.minute}, "second": {m.second}, '
+            f'"microsecond": {m.microsecond}, "timezone": "UTC"}}, '
+            f'"total_run_count": {int(total_run_count)}}}')
 
 
 def meta_json(last_run_at: datetime | None, total_run_count: int | None = None) -> str:
     if last_run_at is not None and total_run_count is not None:
-        return UTC_META_TEXT.format(utc(last_run_at), int(total_run_count))
+        return utc_meta_text(last_run_at, total_run_count)
     meta: dict[str, Any] = {
         "last_run_at": None if last_run_at is None else decoder.tagged(as_utc_zone(last_run_at))
     }
@@ -354,7 +358,7 @@ def parse_meta(key: str, text: str | None) -> tuple[datetime | None, int]:
         year, month, day, hour, minute, second, micro, count = fast.groups()
         try:
             moment = datetime(int(year), int(month), int(day), int(hour), int(minute),
-                              int(second), int(micro), tzinfo=UTC_ZONE)
+                              int(second), int(micro), UTC_ZONE)
             return moment, int(count or 0)
         except ValueError as exc:
             raise InvalidEntry(key, f"meta: ValueError: {exc}") from exc

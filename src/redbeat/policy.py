@@ -24,6 +24,7 @@ from . import decoder
 from .nexttime import first_due, latest_slot, slots_between, utc
 
 MAX_CATCH_UP_LIMIT = 1000
+NO_DELAY = timedelta()
 #: Missed runs counted at most (for the misfires record) after a very long downtime.
 COUNT_LIMIT = 1_000_000
 
@@ -105,7 +106,7 @@ class EntryPolicy:
     def delay(self, name: str, due: datetime) -> timedelta:
         """The jitter of one slot: a fixed fraction of ``jitter`` from the slot's id."""
         if not self.jitter:
-            return timedelta()
+            return NO_DELAY
         digest = hashlib.sha1(f"{name}:{round(due.timestamp() * 1000)}".encode()).digest()
         fraction = int.from_bytes(digest[:8], "big") / 2**64
         return timedelta(seconds=self.jitter * fraction)

@@ -55,8 +55,7 @@ class Fetch:
     rows: list[Row] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class Op:
+class Op(NamedTuple):
     """One write of commit.lua (see its header for the kinds)."""
 
     kind: str
