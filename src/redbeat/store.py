@@ -123,7 +123,8 @@ class ScheduleStore:
         self.policy = policy or RetryPolicy()
         self._scripts = {
             name: client.register_script(load_script(name))
-            for name in ("tick", "commit", "sync_statics", "release", "extend", "sweep")
+            for name in ("tick", "commit", "confirm", "sync_statics", "release", "extend",
+                         "sweep")
         }
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -199,7 +200,7 @@ class ScheduleStore:
         """Forget pending slots whose publish the broker accepted."""
         ids = list(task_ids)
         if ids:
-            self.policy.call(lambda: self.client.hdel(self.keys.pending, *ids))
+            self._run("confirm", [self.keys.pending], [json.dumps(ids, ensure_ascii=False)])
 
     def sweep_parked(self, offset: int, count: int) -> tuple[int, int]:
         """Drop up to ``count`` parked members whose hash expired, from ``offset`` on;
