@@ -226,6 +226,17 @@ def test_statics_sync_keeps_history_and_removes_dropped(redis_server):
     second.close()
 
 
+def test_a_static_whose_key_holds_something_else_replaces_it(redis_server):
+    app = make_app(redis_server.url, beat_schedule={
+        "s1": {"task": "tasks.a", "schedule": 10.0},
+        "s2": {"task": "tasks.b", "schedule": 10.0}})
+    get_redis(app).set("redbeat:s1", "junk")  # not a hash: would fail every HSET
+    scheduler = leader(app, Clock())
+    scheduler.tick()
+    assert sorted(name for name, _ in scheduler.sent) == ["s1", "s2"]
+    assert RedBeatSchedulerEntry.from_key("redbeat:s1", app=app).task == "tasks.a"
+
+
 def test_standby_never_writes_statics(redis_server):
     app = make_app(redis_server.url)
     first = leader(app, Clock())

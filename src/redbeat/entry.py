@@ -14,10 +14,10 @@ import os
 import re
 import socket
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import fields, replace
 from datetime import datetime, timezone
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
 from celery import Celery
@@ -37,6 +37,7 @@ from .store import ScheduleStore
 UTC_ZONE = ZoneInfo("UTC")
 POLICY_FIELDS = tuple(f.name for f in fields(EntryPolicy))
 STORE_ATTRIBUTE = "redbeat_store"
+NEVER = datetime.min.replace(tzinfo=timezone.utc)
 
 
 class InvalidEntry(ValueError):
@@ -138,15 +139,18 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         ``misfire_grace_time``, ``coalesce``, ``max_catch_up``, ``jitter``, ``ttl``) is
         stored in its own hash field; see redbeat.policy."""
         policy_fields = {name: clsargs.pop(name) for name in POLICY_FIELDS if name in clsargs}
+        # Celery fills a missing last_run_at with "now" (asking the app's clock, which
+        # is most of the cost of building a thousand statics); here None means "never
+        # ran", so Celery gets a placeholder and the real value is set after.
         super().__init__(
             name=str(name), task=task, schedule=schedule, args=args, kwargs=kwargs,
-            options=options, total_run_count=total_run_count, app=app, **clsargs,
+            options=options, total_run_count=total_run_count, app=app,
+            last_run_at=last_run_at or NEVER, **clsargs,
         )
         self.enabled = enabled
-        # Celery fills a missing last_run_at with "now"; here None means "never ran".
         self.last_run_at = last_run_at
         self.config: RedBeatConfig = ensure_conf(self.app)
-        self.policy = EntryPolicy(**{**asdict(policy or DEFAULT_POLICY), **policy_fields})
+        self.policy = replace(policy or DEFAULT_POLICY, **policy_fields)
 
     # -- identity ------------------------------------------------------------------------
 
@@ -300,8 +304,7 @@ def _expect(key: str, field: str, value: Any, types: tuple[type, ...], what: str
     return value
 
 
-@dataclass(frozen=True)
-class Definition:
+class Definition(NamedTuple):
     """A validated ``definition``: everything about an entry except its run history."""
 
     name: str

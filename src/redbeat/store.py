@@ -123,8 +123,8 @@ class ScheduleStore:
         self.policy = policy or RetryPolicy()
         self._scripts = {
             name: client.register_script(load_script(name))
-            for name in ("tick", "commit", "confirm", "sync_statics", "release", "extend",
-                         "sweep")
+            for name in ("tick", "commit", "confirm", "read_statics", "sync_statics",
+                         "release", "extend", "sweep")
         }
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -232,29 +232,20 @@ class ScheduleStore:
         self, keys: Sequence[str]
     ) -> tuple[set[str], list[tuple[str | None, float | None]]]:
         """The recorded static names, and the meta and score of each key given."""
-        def read() -> Any:
-            with self.client.pipeline(transaction=False) as pipe:
-                pipe.smembers(self.keys.statics)
-                for key in keys:
-                    pipe.hget(key, META)
-                    pipe.zscore(self.keys.schedule, key)
-                return pipe.execute()
-        reply = self.policy.call(read)
-        names = set(reply[0])
-        pairs = [(reply[i], reply[i + 1]) for i in range(1, len(reply), 2)]
-        return names, pairs
+        reply = self._run("read_statics", [self.keys.schedule, self.keys.statics],
+                          [json.dumps(list(keys), ensure_ascii=False)])
+        names, stored = json.loads(reply)
+        pairs = [(meta, None if score is None else float(score)) for meta, score in stored or ()]
+        return set(names or ()), pairs
 
     def write_statics(
         self, writes: Sequence[StaticWrite], removed: Sequence[tuple[str, str]], token: str
     ) -> None:
-        args: list[Any] = [token, len(writes)]
-        for w in writes:
-            args.extend([w.key, w.name, w.definition, w.meta, repr(w.score), w.changed])
-        for key, name in removed:
-            args.extend([key, name])
+        entries = json.dumps([[w.key, w.name, w.definition, w.meta, repr(w.score), w.changed]
+                              for w in writes], ensure_ascii=False)
+        gone = json.dumps([list(pair) for pair in removed], ensure_ascii=False)
         keys = [self.keys.schedule, self.keys.lock, self.keys.statics]
-        reply = self._run("sync_statics", keys, args)
-        if reply == "lost":
+        if self._run("sync_statics", keys, [token, entries, gone]) == "lost":
             raise LockLost(None)
 
     # -- single entries (the Python API and the CLI) -------------------------------------

@@ -5,32 +5,43 @@
 -- KEYS[2] - lock key
 -- KEYS[3] - statics set (entry names)
 -- ARGV[1] - lock token ('' when locking is disabled)
--- ARGV[2] - number of entries to write (E)
--- ARGV[3..] - E groups of: key, name, definition JSON, meta JSON (written only when
---             the hash has none, so last_run_at/total_run_count survive), score,
---             changed JSON
--- then    - groups of: key, name, for the statics to remove
+-- ARGV[2] - the entries to write, one JSON array of
+--           [key, name, definition JSON, meta JSON, score, changed JSON]; the meta is
+--           written only when the hash has none, so last_run_at/total_run_count survive;
+--           the score is a decimal string
+-- ARGV[3] - the statics to remove, one JSON array of [key, name]
 --
 -- returns 'ok' or 'lost'
 local token = ARGV[1]
 if token ~= '' and redis.call('GET', KEYS[2]) ~= token then
   return 'lost'
 end
-local count = tonumber(ARGV[2])
-local i = 3
-for _ = 1, count do
-  local key, name = ARGV[i], ARGV[i + 1]
-  redis.call('HSET', key, 'definition', ARGV[i + 2], 'changed', ARGV[i + 5])
-  redis.call('HSETNX', key, 'meta', ARGV[i + 3])
-  redis.call('HDEL', key, 'quarantine')
-  redis.call('ZADD', KEYS[1], ARGV[i + 4], key)
-  redis.call('SADD', KEYS[3], name)
-  i = i + 6
+-- Scores and names are collected and added with one ZADD and one SADD per chunk (below
+-- Lua's unpack limit).
+local scores, names = {}, {}
+local function flush(command, key, args, width)
+  for first = 1, #args, 1000 * width do
+    redis.call(command, key, unpack(args, first, math.min(first + 1000 * width - 1, #args)))
+  end
 end
-while i <= #ARGV do
-  redis.call('DEL', ARGV[i])
-  redis.call('ZREM', KEYS[1], ARGV[i])
-  redis.call('SREM', KEYS[3], ARGV[i + 1])
-  i = i + 2
+for _, static in ipairs(cjson.decode(ARGV[2])) do
+  local key = static[1]
+  local written = redis.pcall('HSET', key, 'definition', static[3], 'changed', static[6])
+  if type(written) == 'table' and written.err then
+    redis.call('DEL', key)  -- not a hash: the configured entry replaces whatever it held
+    redis.call('HSET', key, 'definition', static[3], 'changed', static[6])
+  end
+  redis.call('HSETNX', key, 'meta', static[4])
+  redis.call('HDEL', key, 'quarantine')
+  scores[#scores + 1] = static[5]
+  scores[#scores + 1] = key
+  names[#names + 1] = static[2]
+end
+flush('ZADD', KEYS[1], scores, 2)
+flush('SADD', KEYS[3], names, 1)
+for _, removed in ipairs(cjson.decode(ARGV[3])) do
+  redis.call('DEL', removed[1])
+  redis.call('ZREM', KEYS[1], removed[1])
+  redis.call('SREM', KEYS[3], removed[2])
 end
 return 'ok'
