@@ -12,7 +12,7 @@ from dateutil.rrule import MO, weekday
 from hypothesis import given
 from hypothesis import strategies as st
 
-from redbeat import schedules
+from redbeat import decoder, schedules
 from redbeat.decoder import RedBeatJSONDecoder, RedBeatJSONEncoder, dumps, loads
 
 
@@ -131,3 +131,18 @@ def test_datetime_roundtrip_property(moment):
 def test_interval_roundtrip_property(every, relative):
     decoded = roundtrip(schedule(every, relative=relative))
     assert decoded.run_every == timedelta(seconds=every) and decoded.relative == relative
+
+
+def test_shared_schedules_decode_like_loads_and_build_each_schedule_once():
+    shared = decoder.SharedSchedules(limit=2)
+    hourly = '{"__type__": "crontab", "minute": "0", "hour": "*", "day_of_week": "*", ' \
+             '"day_of_month": "*", "month_of_year": "*"}'
+    first = shared.loads(f'{{"schedule": {hourly}, "args": [1]}}')
+    second = shared.loads(f'{{"schedule": {hourly}, "args": [2]}}')
+    assert first["schedule"] is second["schedule"]
+    assert first["schedule"] == decoder.loads(hourly) and second["args"] == [2]
+    solar = '{"__type__": "solar", "event": "sunrise", "lat": 51.5, "lon": 0.0}'
+    assert shared.loads(solar) is not shared.loads(solar)  # Celery moves its observer
+    every = [shared.loads(f'{{"__type__": "interval", "every": {n}, "relative": false}}')
+             for n in (1, 2, 3, 1)]
+    assert [s.run_every.total_seconds() for s in every] == [1, 2, 3, 1]  # bounded, still right

@@ -86,6 +86,46 @@ def decode_tagged(value: dict[str, Any]) -> Any:
     return codec.decode(fields)
 
 
+#: Schedule types whose objects never change once built, so entries with the same
+#: schedule may share one (Celery's solar moves its observer's date as it computes).
+SHAREABLE = frozenset({"interval", "crontab", "clocked"})
+
+
+class SharedSchedules:
+    """Decodes JSON like :func:`loads`, building each distinct shareable schedule once.
+
+    A thousand entries on ``crontab(minute=0)`` are a thousand equal schedules; Celery
+    parses a crontab's fields on construction, which is most of the cost of decoding a
+    definition the scheduler has not seen before. Only the scheduler's tick (which never
+    changes a schedule) decodes through this; one instance per app, since a schedule
+    carries its app (a crontab's default zone is the app's).
+    """
+
+    def __init__(self, limit: int = 4096) -> None:
+        self.limit = limit
+        self.built: dict[tuple[Any, ...], Any] = {}
+        self.decoder = json.JSONDecoder(object_hook=self.decode_tagged)
+
+    def decode_tagged(self, value: dict[str, Any]) -> Any:
+        name = value.get("__type__")
+        if name not in SHAREABLE:
+            return decode_tagged(value)
+        signature = tuple(value.items())
+        try:
+            return self.built[signature]
+        except KeyError:
+            pass
+        except TypeError:  # a value that cannot be a key (a list): not shared
+            return decode_tagged(value)
+        if len(self.built) >= self.limit:
+            self.built.clear()
+        schedule = self.built[signature] = decode_tagged(value)
+        return schedule
+
+    def loads(self, text: str) -> Any:
+        return self.decoder.decode(text)
+
+
 # One instance each: building a JSON coder per call costs more than coding a small meta.
 _ENCODER = RedBeatJSONEncoder()
 _DECODER = RedBeatJSONDecoder()

@@ -37,6 +37,7 @@ from .store import ScheduleStore
 UTC_ZONE = ZoneInfo("UTC")
 POLICY_FIELDS = tuple(f.name for f in fields(EntryPolicy))
 STORE_ATTRIBUTE = "redbeat_store"
+CACHE_ATTRIBUTE = "redbeat_definitions"
 NEVER = datetime.min.replace(tzinfo=timezone.utc)
 
 
@@ -316,10 +317,12 @@ class Definition(NamedTuple):
     enabled: bool
 
 
-def parse_definition(key: str, text: str | None, prefix: str) -> Definition:
+def parse_definition(
+    key: str, text: str | None, prefix: str, load: Callable[[str], Any] = decoder.loads
+) -> Definition:
     if not text:
         raise InvalidEntry(key, "the hash has no 'definition' field")
-    definition = _load_json(key, "definition", text)
+    definition = _load_json(key, "definition", text, load)
     if not isinstance(definition, dict):
         raise InvalidEntry(key, "definition must be a JSON object")
     for required in ("name", "task", "schedule"):
@@ -349,10 +352,29 @@ def parse_definition(key: str, text: str | None, prefix: str) -> Definition:
     )
 
 
-#: The tick sees the same definitions again and again; parsing one is most of the cost
-#: of planning it. Entries built from the cache share these objects, so only the
-#: scheduler (which never mutates them) uses it.
-parse_definition_cached = lru_cache(maxsize=16384)(parse_definition)
+class DefinitionCache:
+    """The definitions the tick has parsed, by their text, and the schedules they share.
+
+    The tick sees the same definitions again and again, and parsing one is most of the
+    cost of planning it. Entries built from the cache share these objects, so only the
+    scheduler (which never mutates them) uses it; one per app (see SharedSchedules).
+    """
+
+    def __init__(self, size: int = 16384) -> None:
+        self.schedules = decoder.SharedSchedules()
+        self.parse = lru_cache(maxsize=size)(self._parse)
+
+    def _parse(self, key: str, text: str | None, prefix: str) -> Definition:
+        return parse_definition(key, text, prefix, self.schedules.loads)
+
+
+def definition_cache(app: Celery) -> DefinitionCache:
+    """The app's cache, built once (like its store)."""
+    cache = getattr(app, CACHE_ATTRIBUTE, None)
+    if cache is None:
+        cache = DefinitionCache()
+        setattr(app, CACHE_ATTRIBUTE, cache)
+    return cache
 
 
 def parse_meta(key: str, text: str | None) -> tuple[datetime | None, int]:
@@ -391,7 +413,7 @@ def decode_entry(
         policy = EntryPolicy.from_json(policy_text)
     except (ValueError, TypeError) as exc:
         raise InvalidEntry(key, f"policy: {exc}") from exc
-    parse = parse_definition_cached if cached else parse_definition
+    parse = definition_cache(app).parse if cached else parse_definition
     definition = parse(key, definition_text, config.key_prefix)
     last_run_at, count = parse_meta(key, meta_text)
     definition.schedule.app = app
