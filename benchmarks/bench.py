@@ -46,6 +46,8 @@ WORKER = HERE / "worker.py"
 STATICS = 1000
 BUSY_K = 1000
 BACKLOG_K = 100_000
+#: Entries scored as due that must not run (half disabled, half early).
+STALE = 500
 LAG_ENTRIES = 200
 SMALL = 1_000
 BASELINE = "ours at N=1,000"
@@ -350,6 +352,8 @@ class Bench:
                              baseline=True, floor=lambda: floor_idle(self.client))
                 self.measure(f"busy N={size}", "busy", (BUSY_K,), size, None, repeats,
                              floor=lambda: floor_busy(self.client, BUSY_K))
+                if size == sizes[len(sizes) // 2]:
+                    self.measure(f"stale N={size}", "stale", (STALE,), size)
                 if size == backlog_at:
                     self.measure(f"backlog K={backlog} N={size}", "busy", (backlog,), size,
                                  ["ours"])
@@ -520,6 +524,25 @@ class Report:
                 "(run alternately)",
                 max(a, b) / min(a, b) <= 1.5,
             )
+        stale_key = f"stale N={mid}"
+        stale_trips = g(stale_key, "ours", "round_trips")
+        stale_commands = g(stale_key, "ours", "server_commands_per_tick")
+        idle_commands = g(f"idle N={mid}", "ours", "server_commands_per_tick")
+        ref = ""
+        if self.compare:
+            ref = (f"; celery-redbeat: {fmt(g(stale_key, 'celery-redbeat', 'round_trips'))} "
+                   f"round trips, {fmt(g(stale_key, 'celery-redbeat', 'server_commands_per_tick'))}"
+                   f" commands, wakes every "
+                   f"{fmt(g(stale_key, 'celery-redbeat', 'sleep_min_s'), 1)} s")
+        self.target(
+            f"{STALE} entries scored early or disabled cost nothing per tick",
+            f"idle tick with them: {fmt(stale_trips)} round trip(s), "
+            f"{fmt(stale_commands, 1)} server commands (without them: "
+            f"{fmt(idle_commands, 1)}), sleeps {fmt(g(stale_key, 'ours', 'sleep_min_s'), 1)} s, "
+            f"sent {fmt(g(stale_key, 'ours', 'sent'))}" + ref,
+            stale_trips <= 1 and stale_commands <= idle_commands
+            and g(stale_key, "ours", "sent") == 0,
+        )
         lag_key = f"lag N={big}"
         lag = g(lag_key, "ours", "p99_ms")
         if self.compare:

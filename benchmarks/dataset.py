@@ -41,11 +41,14 @@ def write_entries(
     every: float,
     task: str,
     whole_seconds: bool = False,
+    enabled: bool = True,
+    ran_at: float | None = None,
 ) -> int:
     """Entries ``(name, due epoch)`` on an interval of ``every`` seconds whose last run
-    was exactly ``every`` before the due time; pipelined in chunks. Returns the count.
-    ``whole_seconds`` scores them the way celery-redbeat 2.4.2's ``save()`` does: the
-    due time truncated to the second (the meta keeps the exact last run)."""
+    was exactly ``every`` before the due time (or at ``ran_at``), scored with the due
+    time; pipelined in chunks. Returns the count. ``whole_seconds`` scores them the way
+    celery-redbeat 2.4.2's ``save()`` does: the due time truncated to the second (the
+    meta keeps the exact last run)."""
     written = 0
     pipe = client.pipeline(transaction=False)
     for name, due in entries:
@@ -56,9 +59,10 @@ def write_entries(
             "kwargs": {},
             "options": {},
             "schedule": {"__type__": "interval", "every": every, "relative": False},
-            "enabled": True,
+            "enabled": enabled,
         }
-        meta = {"last_run_at": datetime_json(due - every), "total_run_count": 0}
+        last_run = due - every if ran_at is None else ran_at
+        meta = {"last_run_at": datetime_json(last_run), "total_run_count": 0}
         key = f"redbeat:{name}"
         pipe.hset(key, mapping={"definition": json.dumps(definition), "meta": json.dumps(meta)})
         pipe.zadd(SCHEDULE_KEY, {key: int(due) if whole_seconds else due})
@@ -83,3 +87,15 @@ def add_due(client: redis.Redis, count: int, tag: str = "due") -> list[str]:
     names = [f"{tag}{i}" for i in range(count)]
     write_entries(client, ((name, due) for name in names), 3600.0, "tasks.due")
     return [f"redbeat:{name}" for name in names]
+
+
+def add_stale(client: redis.Redis, count: int) -> None:
+    """``count`` entries whose score says due but that must not run: half disabled, half
+    scored early (hourly, last run just now: really due in an hour), as celery-redbeat
+    leaves them. Named like :func:`add_due`'s, after them."""
+    now = time.time()
+    half = count // 2
+    write_entries(client, ((f"due{i}", now - 1) for i in range(half)), 3600.0, "tasks.off",
+                  enabled=False)
+    write_entries(client, ((f"due{i}", now - 1) for i in range(half, count)), 3600.0,
+                  "tasks.early", ran_at=now)

@@ -344,6 +344,36 @@ def scenario_busy(url: str, due: int) -> dict[str, Any]:
     return result
 
 
+def scenario_stale(url: str, count: int) -> dict[str, Any]:
+    """``count`` entries scored as due that must not run (half disabled, half scored
+    early): after one tick, what an idle tick costs with them in the schedule."""
+    scheduler = start(make_app(url))
+    client = redis.Redis.from_url(url)
+    with METER.pause():
+        dataset.add_stale(client, count)
+    client.close()
+    scheduler.tick()  # the first look at them (ours parks or corrects them here)
+    server = ServerCounters(url)
+    server.start()
+    timings, trips, sleeps = [], [], []
+    for _ in range(20):
+        METER.reset()
+        began = time.perf_counter()
+        sleeps.append(scheduler.tick())
+        timings.append(time.perf_counter() - began)
+        trips.append(METER.round_trips)
+    counted = server.stop()
+    scheduler.close()
+    timings.sort()
+    return {
+        "seconds": timings[len(timings) // 2],
+        "round_trips": max(trips),
+        "server_commands_per_tick": counted["server_commands"] / 20,
+        "sleep_min_s": min(sleeps),
+        "sent": len(scheduler.sent),
+    }
+
+
 def scenario_lag(
     url: str, count: int, window: float = 10.0, celery_redbeat_format: int = 0
 ) -> dict[str, Any]:
@@ -448,6 +478,7 @@ SCENARIOS = {
     "startup": scenario_startup,
     "idle": scenario_idle,
     "busy": scenario_busy,
+    "stale": scenario_stale,
     "lag": scenario_lag,
     "dispatch_cost": scenario_dispatch_cost,
 }
