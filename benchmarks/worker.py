@@ -254,16 +254,16 @@ def scenario_startup(url: str, statics: int) -> dict[str, Any]:
     return result
 
 
-def scenario_idle(url: str, _: int) -> dict[str, Any]:
-    """Ticks with nothing due: median latency, most round trips in any one tick."""
-    scheduler = start(make_app(url))
-    timings, trips, largest = [], [], []
+def idle_ticks(scheduler: Counting, url: str, ticks: int) -> dict[str, Any]:
+    """``ticks`` ticks with nothing due: median latency, most round trips in any one
+    tick, server commands per tick, the shortest sleep the ticks returned."""
+    timings, trips, largest, sleeps = [], [], [], []
     server = ServerCounters(url)
     server.start()
-    for _ in range(50):
+    for _ in range(ticks):
         METER.reset()
         began = time.perf_counter()
-        scheduler.tick()
+        sleeps.append(scheduler.tick())
         timings.append(time.perf_counter() - began)
         trips.append(METER.round_trips)
         largest.append(METER.largest_reply_elements)
@@ -275,10 +275,15 @@ def scenario_idle(url: str, _: int) -> dict[str, Any]:
         "round_trips": max(trips),
         "round_trips_min": min(trips),
         "largest_reply_elements": max(largest),
-        "server_commands_per_tick": counted["server_commands"] / 50,
+        "server_commands_per_tick": counted["server_commands"] / ticks,
         "server_commands_by_name": counted["server_commands_by_name"],
+        "sleep_min_s": min(sleeps),
         "sent": len(scheduler.sent),
     }
+
+
+def scenario_idle(url: str, _: int) -> dict[str, Any]:
+    return idle_ticks(start(make_app(url)), url, 50)
 
 
 #: Entries of the unmeasured busy tick that precedes a measured one.
@@ -353,25 +358,7 @@ def scenario_stale(url: str, count: int) -> dict[str, Any]:
         dataset.add_stale(client, count)
     client.close()
     scheduler.tick()  # the first look at them (ours parks or corrects them here)
-    server = ServerCounters(url)
-    server.start()
-    timings, trips, sleeps = [], [], []
-    for _ in range(20):
-        METER.reset()
-        began = time.perf_counter()
-        sleeps.append(scheduler.tick())
-        timings.append(time.perf_counter() - began)
-        trips.append(METER.round_trips)
-    counted = server.stop()
-    scheduler.close()
-    timings.sort()
-    return {
-        "seconds": timings[len(timings) // 2],
-        "round_trips": max(trips),
-        "server_commands_per_tick": counted["server_commands"] / 20,
-        "sleep_min_s": min(sleeps),
-        "sent": len(scheduler.sent),
-    }
+    return idle_ticks(scheduler, url, 20)
 
 
 def scenario_lag(
