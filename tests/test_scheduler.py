@@ -182,9 +182,9 @@ def test_commit_after_losing_the_lock_dispatches_nothing(app):
     client = get_redis(app)
     real_commit = scheduler.store.commit
 
-    def commit_after_takeover(ops, token, lock_ms, claimer):
+    def commit_after_takeover(ops, token, lock_ms, node, claimed_at):
         client.set(app.redbeat_conf.lock_key, "other-host:1:abc")  # another node took over
-        return real_commit(ops, token, lock_ms, claimer)
+        return real_commit(ops, token, lock_ms, node, claimed_at)
 
     scheduler.store.commit = commit_after_takeover
     scheduler.tick()
@@ -464,7 +464,8 @@ class BrokerDown(Recording):
 def test_a_pending_message_holds_the_claimed_definition_byte_for_byte(app):
     """commit.lua writes the message; the definition has quotes, slashes, escapes and
     text beyond ASCII, all of which must come back exactly."""
-    from redbeat.planning import read_pending
+    from redbeat.planning import Claim, pending_message, read_pending
+    from redbeat.store import Row
 
     entry = RedBeatSchedulerEntry("café/\"x\"", "tasks.x", 10.0, app=app,
                                   args=["naïve ☃", "tab\there", "\u2028"], last_run_at=at(-10))
@@ -482,3 +483,8 @@ def test_a_pending_message_holds_the_claimed_definition_byte_for_byte(app):
                        "reason": "scheduled"}
     resent = read_pending(app, pending[task_id])
     assert resent.entry.args == entry.args and resent.due == at(0)
+    # the Python producer (run-now's) writes the same message for the same slot
+    definition = get_redis(app).hget(entry.key, "definition")
+    python_made = pending_message(Row(entry.key, T0, definition, None),
+                                  Claim(task_id, resent.entry, at(0)), at(0), scheduler.node_id)
+    assert json.loads(python_made) == message

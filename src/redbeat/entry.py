@@ -353,26 +353,31 @@ def parse_definition(
 
 
 class DefinitionCache:
-    """The definitions the tick has parsed, by their text, and the schedules they share.
+    """One app's parsed definitions, by their text, and the schedules they share.
 
     The tick sees the same definitions again and again, and parsing one is most of the
     cost of planning it. Entries built from the cache share these objects, so only the
-    scheduler (which never mutates them) uses it; one per app (see SharedSchedules).
+    scheduler (which never mutates them) uses it. One per app: a schedule carries its
+    app (a crontab's default zone is the app's), set here once, not on every tick.
     """
 
-    def __init__(self, size: int = 16384) -> None:
+    def __init__(self, app: Celery, size: int = 16384) -> None:
+        self.app = app
+        self.prefix = ensure_conf(app).key_prefix
         self.schedules = decoder.SharedSchedules()
         self.parse = lru_cache(maxsize=size)(self._parse)
 
-    def _parse(self, key: str, text: str | None, prefix: str) -> Definition:
-        return parse_definition(key, text, prefix, self.schedules.loads)
+    def _parse(self, key: str, text: str | None) -> Definition:
+        definition = parse_definition(key, text, self.prefix, self.schedules.loads)
+        definition.schedule.app = self.app
+        return definition
 
 
 def definition_cache(app: Celery) -> DefinitionCache:
     """The app's cache, built once (like its store)."""
     cache = getattr(app, CACHE_ATTRIBUTE, None)
     if cache is None:
-        cache = DefinitionCache()
+        cache = DefinitionCache(app)
         setattr(app, CACHE_ATTRIBUTE, cache)
     return cache
 
@@ -413,10 +418,12 @@ def decode_entry(
         policy = EntryPolicy.from_json(policy_text)
     except (ValueError, TypeError) as exc:
         raise InvalidEntry(key, f"policy: {exc}") from exc
-    parse = definition_cache(app).parse if cached else parse_definition
-    definition = parse(key, definition_text, config.key_prefix)
+    if cached:
+        definition = definition_cache(app).parse(key, definition_text)
+    else:
+        definition = parse_definition(key, definition_text, config.key_prefix)
+        definition.schedule.app = app
     last_run_at, count = parse_meta(key, meta_text)
-    definition.schedule.app = app
     # Built without __init__: the fields are validated already, and this runs for every
     # due entry of every tick.
     entry = cls.__new__(cls)

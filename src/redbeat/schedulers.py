@@ -44,7 +44,7 @@ from .lock import Holder, new_token
 from .nexttime import first_due, next_after
 from .planning import Claim, Plan, Policy, plan_batch, read_pending
 from .settings import AT_LEAST_ONCE, RedBeatConfig, ensure_conf
-from .store import Claimer, Fetch, LockLost, StaticWrite
+from .store import Fetch, LockLost, StaticWrite
 
 logger = logging.getLogger("celery.beat")
 
@@ -219,8 +219,7 @@ class RedBeatScheduler(Scheduler):
         )
         plan = plan_batch(self.app, fetch.rows, now, policy, self.Entry)
         if plan.ops:
-            claimer = Claimer(self.node_id, now_ts)
-            self.store.commit(plan.ops, self.token, self._lock_ms, claimer)
+            self.store.commit(plan.ops, self.token, self._lock_ms, policy.node, now_ts)
         sent, lost = self._publish(plan.claims)
         confirmed.extend(sent)
         if policy.at_least_once:

@@ -74,14 +74,6 @@ class Op(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Claimer:
-    """Who claims this tick's slots and when, as pending messages record it."""
-
-    node: str
-    claimed_at: float
-
-
-@dataclass(frozen=True)
 class StaticWrite:
     key: str
     name: str
@@ -183,15 +175,15 @@ class ScheduleStore:
                 for key, score, *fields in json.loads(reply[3]) or ()]
         return Fetch(status, next_score=next_score, pending=pending, rows=rows)
 
-    def commit(self, ops: Sequence[Op], token: str, lock_timeout_ms: int,
-               claimer: Claimer) -> int:
-        """Apply ``ops`` atomically if this node holds the lock; raises LockLost otherwise."""
+    def commit(self, ops: Sequence[Op], token: str, lock_timeout_ms: int, node: str,
+               claimed_at: float) -> int:
+        """Apply ``ops`` atomically if this node holds the lock; raises LockLost otherwise.
+        ``node`` and ``claimed_at`` go into the pending messages commit.lua writes."""
         # ensure_ascii=False: text that was not UTF-8 (kept as surrogates) goes back as
         # the bytes it was read as, which cjson passes through unchanged
         operations = json.dumps([op.as_json() for op in ops], ensure_ascii=False)
         reply = self._run("commit", [self.keys.schedule, self.keys.lock, self.keys.pending],
-                          [token, lock_timeout_ms, repr(claimer.claimed_at), claimer.node,
-                           operations])
+                          [token, lock_timeout_ms, repr(claimed_at), node, operations])
         if reply[0] == "lost":
             raise LockLost(reply[1])
         return int(reply[1])

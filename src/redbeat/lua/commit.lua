@@ -74,16 +74,16 @@ for _, op in ipairs(cjson.decode(ARGV[5])) do
     local unchanged = current[1] and
       redis.sha1hex(current[1] .. '\n' .. (current[2] or '')) == fingerprint
     if unchanged or (kind == 'quarantine' and not current[1]) then
-      if kind == 'update' and #slots > 0 then
-        local message_head = '{"key": ' .. cjson.encode(key) .. ', "definition": ' ..
-          cjson.encode(current[1]) .. ', "due": '
-        for s = 1, #slots, 2 do
-          pending[#pending + 1] = slots[s]
-          pending[#pending + 1] = message_head .. slots[s + 1] .. message_tail
-        end
-      end
       write_fields(key, fields)
       if kind == 'update' then
+        if #slots > 0 then
+          local message_head = '{"key": ' .. cjson.encode(key) .. ', "definition": ' ..
+            cjson.encode(current[1]) .. ', "due": '
+          for s = 1, #slots, 2 do
+            pending[#pending + 1] = slots[s]
+            pending[#pending + 1] = message_head .. slots[s + 1] .. message_tail
+          end
+        end
         if current[3] then
           redis.call('HDEL', key, 'quarantine')
         end

@@ -19,9 +19,9 @@ end
 -- Scores and names are collected and added with one ZADD and one SADD per chunk (below
 -- Lua's unpack limit).
 local scores, names = {}, {}
-local function flush(command, key, args, width)
-  for first = 1, #args, 1000 * width do
-    redis.call(command, key, unpack(args, first, math.min(first + 1000 * width - 1, #args)))
+local function flush(command, key, args)
+  for first = 1, #args, 2000 do
+    redis.call(command, key, unpack(args, first, math.min(first + 1999, #args)))
   end
 end
 for _, static in ipairs(cjson.decode(ARGV[2])) do
@@ -37,8 +37,8 @@ for _, static in ipairs(cjson.decode(ARGV[2])) do
   scores[#scores + 1] = key
   names[#names + 1] = static[2]
 end
-flush('ZADD', KEYS[1], scores, 2)
-flush('SADD', KEYS[3], names, 1)
+flush('ZADD', KEYS[1], scores)
+flush('SADD', KEYS[3], names)
 for _, removed in ipairs(cjson.decode(ARGV[3])) do
   redis.call('DEL', removed[1])
   redis.call('ZREM', KEYS[1], removed[1])
