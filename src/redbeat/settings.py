@@ -1,7 +1,9 @@
 """Typed settings, read once from ``app.conf`` and passed down.
 
 Every setting is accepted under its Celery 4+ name (``redbeat_redis_url``) and its
-Celery 3 upper-case name (``REDBEAT_REDIS_URL``), as celery-redbeat 2.4.2 accepts them.
+Celery 3 upper-case name (``REDBEAT_REDIS_URL``), as celery-redbeat 2.4.2 accepts them,
+and under a ``config_from_object`` namespace (``CELERY_REDBEAT_REDIS_URL`` with Django's
+``namespace="CELERY"``); see :func:`conf_lookup`.
 """
 
 from __future__ import annotations
@@ -31,15 +33,33 @@ AT_MOST_ONCE = "at-most-once"
 
 
 def conf_lookup(conf: Mapping[str, Any], name: str, default: Any = _MISSING) -> Any:
-    """The value of ``name`` under either spelling, or ``default``."""
+    """The value of ``name`` under either spelling, or ``default``.
+
+    Reads by subscript, never with ``in``: until some key is read, ``app.conf`` holds
+    only what was set on it directly and ``in`` answers from that alone, so a fresh
+    process whose app called ``config_from_object`` (module, object, dict or Django's
+    settings) would see none of its settings; a subscript makes Celery load them first.
+    Celery's ``Settings`` then also tries the namespaced spelling
+    (``CELERY_REDBEAT_REDIS_URL`` under ``namespace="CELERY"``) and Celery's own
+    Celery 3 names (``CELERYBEAT_SCHEDULE`` for ``beat_schedule``, ``BROKER_USE_SSL``);
+    redbeat's names are unknown to Celery, so their upper-case spelling is tried here.
+    Where ``Settings`` computes a setting in a property (``broker_url`` honours
+    ``CELERY_BROKER_URL`` from the environment, ``timezone`` Django's ``TIME_ZONE``), the
+    property is read, so redbeat falls back to the broker Celery itself uses.
+    """
+    if isinstance(getattr(type(conf), name, None), property):
+        return getattr(conf, name)
     for spelling in (name, name.upper()):
-        if spelling in conf:
-            value = conf[spelling]
-            return value
+        try:
+            return conf[spelling]
+        except KeyError:
+            continue
     return default
 
 
 def conf_has(conf: Mapping[str, Any], name: str) -> bool:
+    """Whether ``name`` is set under any spelling (2.4.2's ``is_key_in_conf``); a setting
+    Celery knows always is, through its default."""
     return conf_lookup(conf, name) is not _MISSING
 
 
