@@ -39,7 +39,8 @@ def test_every_entry_loads(dumped, key):
 def test_next_run_matches_score(dumped, key):
     entry = RedBeatSchedulerEntry.from_key(key, app=dumped)
     score = SCORES[key]
-    due = entry.due_at
+    # the real next run (``due_at`` says "now" for an overdue entry, as in 2.4.2)
+    due = entry.next_run_after(entry.last_run_at)
     if score == -1:
         assert due is None  # rrule with count exhausted
         return

@@ -24,7 +24,11 @@ def test_save_writes_the_242_layout(fake_app):
         "options": {"queue": "q"},
         "schedule": {"__type__": "interval", "every": 30.0, "relative": False}, "enabled": True,
     }
-    assert json.loads(stored["meta"]) == {"last_run_at": None}
+    # a new entry counts as having run when it was created (as in Celery and 2.4.2):
+    # a datetime 2.4.2 reads, and the first run one interval later
+    meta = RedBeatSchedulerEntry.decode_meta(stored["meta"])
+    assert set(meta) == {"last_run_at"} and meta["last_run_at"] == entry.last_run_at
+    assert entry.next_due() == entry.last_run_at + timedelta(seconds=30)
     assert json.loads(stored["changed"])["by"] == "python-api"
     assert client.zscore("redbeat::schedule", "redbeat:job") == pytest.approx(entry.score)
     assert entry.key == "redbeat:job" and entry.rank == 0
@@ -116,7 +120,7 @@ def test_lock_timeout_is_raised_when_too_close_to_the_poll(fake_app, caplog):
     from redbeat.settings import RedBeatConfig
 
     fake_app.conf.redbeat_lock_timeout = 1
-    assert RedBeatConfig(fake_app).lock_timeout == 4.0
+    assert RedBeatConfig(fake_app).lease_timeout() == 4.0
     assert "too close" in caplog.text
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from celery.schedules import crontab
@@ -38,6 +38,12 @@ class Recording(RedBeatScheduler):
 
 def at(seconds: float) -> datetime:
     return datetime.fromtimestamp(T0 + seconds, tz=timezone.utc)
+
+
+def hour_ago() -> datetime:
+    """A ``last_run_at`` that makes an hourly entry due now on the real clock (a new
+    entry first runs one interval after it is created)."""
+    return datetime.now(timezone.utc) - timedelta(hours=1, seconds=1)
 
 
 def leader(app, clock) -> Recording:
@@ -151,7 +157,7 @@ def test_standby_does_not_dispatch_and_takes_over_on_release(app, redis_server):
     assert second.tick() == pytest.approx(1.0)  # standby polls every second
     assert not second.leading
     holder = get_redis(app).get(app.redbeat_conf.lock_key)
-    assert holder == first.token and holder.split(":")[1].isdigit()
+    assert holder == first.lock.token and holder.split(":")[1].isdigit()
     first.close()
     assert get_redis(app).get(app.redbeat_conf.lock_key) is None
     assert second.tick() == 0.0 and second.leading
@@ -182,9 +188,9 @@ def test_commit_after_losing_the_lock_dispatches_nothing(app):
     client = get_redis(app)
     real_commit = scheduler.store.commit
 
-    def commit_after_takeover(ops, token, lock_ms, node, claimed_at):
+    def commit_after_takeover(ops, lease, node, claimed_at):
         client.set(app.redbeat_conf.lock_key, "other-host:1:abc")  # another node took over
-        return real_commit(ops, token, lock_ms, node, claimed_at)
+        return real_commit(ops, lease, node, claimed_at)
 
     scheduler.store.commit = commit_after_takeover
     scheduler.tick()
@@ -211,7 +217,11 @@ def test_statics_sync_keeps_history_and_removes_dropped(redis_server):
     first = leader(app, clock)
     assert client.smembers("redbeat::statics") >= {"s1", "s2"}
     first.tick()
-    assert ("s1", f"s1:{round(T0 * 1000)}") in first.sent
+    # a new static first runs one interval after it is synced
+    assert not [name for name, _ in first.sent if name.startswith("s")]
+    clock.now += 10
+    first.tick()
+    assert ("s1", f"s1:{round((T0 + 10) * 1000)}") in first.sent
     first.close()
 
     changed = make_app(redis_server.url, beat_schedule={
@@ -231,7 +241,9 @@ def test_a_static_whose_key_holds_something_else_replaces_it(redis_server):
         "s1": {"task": "tasks.a", "schedule": 10.0},
         "s2": {"task": "tasks.b", "schedule": 10.0}})
     get_redis(app).set("redbeat:s1", "junk")  # not a hash: would fail every HSET
-    scheduler = leader(app, Clock())
+    clock = Clock()
+    scheduler = leader(app, clock)
+    clock.now += 10
     scheduler.tick()
     assert sorted(name for name, _ in scheduler.sent) == ["s1", "s2"]
     assert RedBeatSchedulerEntry.from_key("redbeat:s1", app=app).task == "tasks.a"
@@ -288,7 +300,7 @@ def test_slow_publishing_keeps_the_lock_alive(redis_server):
 
     app = make_app(redis_server.url, redbeat_lock_timeout=4)
     for i in range(6):
-        RedBeatSchedulerEntry(f"slow{i}", "tasks.x", 3600.0, app=app).save()
+        RedBeatSchedulerEntry(f"slow{i}", "tasks.x", 3600.0, app=app, last_run_at=hour_ago()).save()
 
     class SlowBroker(Recording):
         def apply_async(self, entry, producer=None, advance=True, **kwargs):
@@ -299,13 +311,13 @@ def test_slow_publishing_keeps_the_lock_alive(redis_server):
     scheduler.tick()
     scheduler.tick()
     assert len(scheduler.sent) == 6 and scheduler.leading
-    assert get_redis(app).get(app.redbeat_conf.lock_key) == scheduler.token
+    assert get_redis(app).get(app.redbeat_conf.lock_key) == scheduler.lock.token
 
 
 def test_lock_lost_while_publishing_stops_and_confirms_what_was_sent(redis_server):
     app = make_app(redis_server.url, redbeat_lock_timeout=4)
     for i in range(4):
-        RedBeatSchedulerEntry(f"p{i}", "tasks.x", 3600.0, app=app).save()
+        RedBeatSchedulerEntry(f"p{i}", "tasks.x", 3600.0, app=app, last_run_at=hour_ago()).save()
     client = get_redis(app)
 
     class Thief(Recording):
@@ -348,8 +360,8 @@ def test_broker_outage_keeps_the_slot_pending_and_resends_it_with_the_same_id(re
     with RedisServer() as broker:
         app = make_app(redis_server.url, broker_url=broker.url, task_publish_retry=False,
                        broker_connection_timeout=1)
-        RedBeatSchedulerEntry("job", "tasks.job", 3600.0, app=app).save()
-        RedBeatSchedulerEntry("next", "tasks.next", 3600.0, app=app).save()
+        RedBeatSchedulerEntry("job", "tasks.job", 3600.0, app=app, last_run_at=hour_ago()).save()
+        RedBeatSchedulerEntry("next", "tasks.next", 3600.0, app=app, last_run_at=hour_ago()).save()
         scheduler = RedBeatScheduler(app)
         assert scheduler.producer is not None  # connected while the broker is up, as in beat
         broker.stop()
@@ -370,8 +382,8 @@ def test_a_message_celery_refuses_is_dropped_and_does_not_block_others(redis_ser
     with RedisServer() as broker:
         app = make_app(redis_server.url, broker_url=broker.url)
         RedBeatSchedulerEntry("bad", "tasks.bad", 3600.0, options={"serializer": "nope"},
-                              app=app).save()
-        RedBeatSchedulerEntry("good", "tasks.good", 3600.0, app=app).save()
+                              app=app, last_run_at=hour_ago()).save()
+        RedBeatSchedulerEntry("good", "tasks.good", 3600.0, app=app, last_run_at=hour_ago()).save()
         scheduler = RedBeatScheduler(app)
         scheduler.tick()
         scheduler.tick()

@@ -16,6 +16,7 @@ import redis
 from celery import Celery
 from redis.sentinel import Sentinel
 
+from .retry import RetryingConnection
 from .settings import RedBeatConfig, ensure_conf
 
 logger = logging.getLogger("celery.beat")
@@ -41,6 +42,10 @@ def client_options(config: RedBeatConfig) -> dict[str, Any]:
     """Options for the client: 2.4.2's rule is that only ``redbeat_redis_options`` are
     forwarded, never options inherited from ``broker_transport_options``."""
     if not config.redis_options_from_redbeat:
+        if config.redis_options:
+            logger.debug("beat: not forwarding broker_transport_options (%s) to the schedule's "
+                          "Redis client; set redbeat_redis_options to pass options to it",
+                          ", ".join(sorted(config.redis_options)))
         return {}
     return {k: v for k, v in config.redis_options.items() if k not in OWN_OPTIONS}
 
@@ -95,7 +100,10 @@ def _sentinel_client(config: RedBeatConfig) -> redis.Redis:
 def _cluster_client(config: RedBeatConfig) -> Any:
     from redis.cluster import ClusterNode, RedisCluster
 
-    extra = {**client_options(config), **TEXT_REPLIES}
+    # Cluster URLs are no kombu transport, so options inherited from the broker's are
+    # meant for this client too (2.4.2 forwards them here as well).
+    own = {k: v for k, v in config.redis_options.items() if k not in OWN_OPTIONS}
+    extra = {**own, **TEXT_REPLIES}
     url = config.redis_url
     if url.startswith("redis-cluster://"):
         url = "redis://" + url[len("redis-cluster://"):]
@@ -146,8 +154,17 @@ def get_redis(app: Celery | None = None) -> Any:
                 redact(config.redis_url),
             )
         client = build_client(config)
+        retry_period = config.redis_options.get("retry_period")
+        if retry_period is not None:
+            client = RetryingConnection(retry_period, client)
         setattr(owner, CLIENT_ATTRIBUTE, client)
     return client
+
+
+def unwrapped(client: Any) -> Any:
+    """The redis-py client behind a :class:`RetryingConnection` (the store retries by
+    itself and needs the real client's type and scripts)."""
+    return getattr(client, "wrapped_connection", client)
 
 
 def redact(url: str) -> str:

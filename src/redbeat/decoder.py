@@ -77,6 +77,11 @@ class RedBeatJSONDecoder(json.JSONDecoder):
         kwargs.setdefault("object_hook", decode_tagged)
         super().__init__(*args, **kwargs)
 
+    @staticmethod
+    def dict_to_object(d: dict[str, Any]) -> Any:
+        """One JSON object as its value (2.4.2's name for the object hook)."""
+        return decode_tagged(d)
+
 
 def decode_tagged(value: dict[str, Any]) -> Any:
     codec = _BY_NAME.get(value.get("__type__"))  # type: ignore[arg-type]
@@ -223,23 +228,32 @@ def decode_solar(fields: dict[str, Any]) -> celery_schedules.solar:
     return celery_schedules.solar(fields["event"], float(fields["lat"]), float(fields["lon"]))
 
 
-def _epoch(moment: datetime) -> int:
+def to_timestamp(moment: datetime) -> int:
+    """Whole epoch seconds of ``moment`` (naive means UTC): how 2.4.2 stores rrule
+    times."""
     return calendar.timegm(moment.utctimetuple())
 
 
-def _offset_minutes(moment: datetime) -> float | int:
+def get_utcoffset_minutes(moment: datetime) -> float | int:
+    """The UTC offset of ``moment`` in minutes (0 for naive)."""
     offset = moment.utcoffset()
     return offset.total_seconds() / 60 if offset else 0
+
+
+def from_timestamp(seconds: float, tz_minutes: float = 0) -> datetime:
+    """Epoch seconds as an aware datetime at a fixed offset of ``tz_minutes``."""
+    zone = timezone(timedelta(minutes=tz_minutes)) if tz_minutes else UTC
+    return datetime.fromtimestamp(seconds, tz=zone)
 
 
 def encode_rrule(value: schedules.rrule) -> dict[str, Any]:
     fields: dict[str, Any] = {"freq": value.freq, "interval": value.interval}
     fields.update(value.rules)
-    fields["dtstart"] = _epoch(value.dtstart)
-    fields["dtstart_tz"] = _offset_minutes(value.dtstart)
+    fields["dtstart"] = to_timestamp(value.dtstart)
+    fields["dtstart_tz"] = get_utcoffset_minutes(value.dtstart)
     if value.until is not None:
-        fields["until"] = _epoch(value.until)
-        fields["until_tz"] = _offset_minutes(value.until)
+        fields["until"] = to_timestamp(value.until)
+        fields["until_tz"] = get_utcoffset_minutes(value.until)
     name = schedules.zone_name(value.zone)
     if name and name != "UTC":
         fields["timezone"] = name
@@ -249,10 +263,9 @@ def encode_rrule(value: schedules.rrule) -> dict[str, Any]:
 def _moment_from_json(epoch: Any, offset_minutes: Any, zone: Any) -> datetime | None:
     if epoch is None:
         return None
-    moment = datetime.fromtimestamp(float(epoch), tz=UTC)
     if zone is not None:
-        return moment.astimezone(zone)
-    return moment.astimezone(timezone(timedelta(minutes=float(offset_minutes or 0))))
+        return datetime.fromtimestamp(float(epoch), tz=UTC).astimezone(zone)
+    return from_timestamp(float(epoch), float(offset_minutes or 0))
 
 
 def decode_rrule(fields: dict[str, Any]) -> schedules.rrule:

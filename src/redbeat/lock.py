@@ -6,15 +6,22 @@ The lock is a plain string key with a PX expiry (the 2.4.2 layout). Its value is
 random hex token; both implementations only ever compare their own token before
 extending or deleting, so they can share the key. Taking, extending and checking the
 lock happen inside tick.lua and commit.lua, atomically with the work they guard;
-releasing is release.lua.
+releasing is release.lua. :class:`Lease` keeps the key, token and timeout together.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import time
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from redis.exceptions import LockNotOwnedError
+
+if TYPE_CHECKING:
+    from .store import ScheduleStore
 
 
 def new_token() -> str:
@@ -38,3 +45,76 @@ class Holder:
         if self.host is None:
             return f"token {self.token}"
         return f"{self.host} pid {self.pid}"
+
+
+class Lease:
+    """The leader lock as one object: its key, this node's token and its timeout.
+
+    It answers to the redis-py ``Lock`` methods that code written against
+    celery-redbeat 2.4.2 calls on ``scheduler.lock`` (``acquire``, ``extend``,
+    ``reacquire``, ``release``, ``owned``, ``locked``, ``token``, ``name``), but the
+    scheduler itself never needs them: tick.lua takes and renews the lease atomically
+    with its reads, commit.lua checks it atomically with its writes. ``extend`` sets the
+    remaining time rather than adding to it, as 2.4.2's replacement script did, because
+    every caller passes the full timeout.
+    """
+
+    def __init__(self, store: ScheduleStore, name: str, timeout: float,
+                 token: str | None = None, sleep: float = 1.0) -> None:
+        self.store = store
+        self.name = name
+        self.timeout = float(timeout)
+        self.token = token or new_token()
+        self.sleep = sleep
+
+    @property
+    def timeout_ms(self) -> int:
+        return int(self.timeout * 1000)
+
+    def renew(self) -> bool:
+        """Push the expiry back to the full timeout if this node holds the lease."""
+        return self.store.extend_lock(self.name, self.token, self.timeout_ms)
+
+    def acquire(self, blocking: bool | None = None, blocking_timeout: float | None = None,
+                token: str | None = None, sleep: float | None = None) -> bool:
+        """Take the lease (or keep it, when this node holds it already). Blocks until
+        then unless ``blocking`` is False or ``blocking_timeout`` runs out."""
+        if token is not None:
+            self.token = token
+        deadline = None if blocking_timeout is None else time.monotonic() + blocking_timeout
+        while not (self.renew() or self.store.take_lock(self.name, self.token,
+                                                        self.timeout_ms)):
+            if blocking is False or (deadline is not None and time.monotonic() >= deadline):
+                return False
+            time.sleep(self.sleep if sleep is None else sleep)
+        return True
+
+    def extend(self, additional_time: float | None = None, replace_ttl: bool = True) -> bool:
+        """Set the remaining time to ``additional_time`` seconds (default: the timeout);
+        LockNotOwnedError when another node holds the lease, as redis-py raises."""
+        ms = self.timeout_ms if additional_time is None else int(additional_time * 1000)
+        if not self.store.extend_lock(self.name, self.token, ms):
+            raise LockNotOwnedError("Cannot extend a lock that's no longer owned",
+                                    lock_name=self.name)
+        return True
+
+    def reacquire(self) -> bool:
+        return self.extend()
+
+    def release(self) -> None:
+        if not self.store.release_lock(self.name, self.token):
+            raise LockNotOwnedError("Cannot release a lock that's no longer owned",
+                                    lock_name=self.name)
+
+    def holder(self) -> tuple[str | None, int]:
+        """The lock's value and remaining milliseconds (-2 when nobody holds it)."""
+        return self.store.lock_holder(self.name)
+
+    def owned(self) -> bool:
+        return self.holder()[0] == self.token
+
+    def locked(self) -> bool:
+        return self.holder()[0] is not None
+
+    def __repr__(self) -> str:
+        return f"<Lease {self.name} {Holder.parse(self.token)} {self.timeout}s>"

@@ -46,17 +46,31 @@ def utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC)
 
 
-@singledispatch
-def next_after(schedule: Any, after: datetime) -> datetime | None:
-    """The first run strictly after ``after``; None when the schedule has ended.
-
-    Schedules we do not know are asked through Celery's ``remaining_estimate``, which
-    measures from the real clock: still right, only not replayable in tests.
-    """
+def celery_next(schedule: Any, after: datetime) -> datetime | None:
+    """The next run as Celery's ``remaining_estimate`` puts it, measured from the real
+    clock: still right, only not replayable in tests."""
     remaining = schedule.remaining_estimate(after)
     if remaining is None:
         return None
-    return utc(schedule.maybe_make_aware(schedule.now())) + remaining
+    now = utc(schedule.maybe_make_aware(schedule.now()))
+    # from the clock cut to the millisecond, as scores are: the result is then exactly
+    # the score stored, not up to a millisecond before it
+    return now.replace(microsecond=now.microsecond // 1000 * 1000) + remaining
+
+
+def overrides_estimate(schedule: Any, base: Any) -> bool:
+    """Whether ``schedule`` is a subclass that redefines ``remaining_estimate`` (a
+    schedule written for Celery's beat): it is asked through that, not through this
+    module's arithmetic for its base type."""
+    method = type(schedule).remaining_estimate
+    return method is not base.remaining_estimate and not getattr(method, "redbeat", False)
+
+
+@singledispatch
+def next_after(schedule: Any, after: datetime) -> datetime | None:
+    """The first run strictly after ``after``; None when the schedule has ended.
+    Schedules we do not know are asked through Celery's API (:func:`celery_next`)."""
+    return celery_next(schedule, after)
 
 
 @singledispatch
@@ -71,6 +85,8 @@ def first_due(schedule: Any, now: datetime) -> datetime | None:
 
 @next_after.register
 def _interval_next(schedule: celery_schedules.schedule, after: datetime) -> datetime | None:
+    if overrides_estimate(schedule, celery_schedules.schedule):
+        return celery_next(schedule, after)
     upcoming = utc(after) + schedule.run_every
     if schedule.relative:
         upcoming = delta_resolution(upcoming, schedule.run_every).replace(microsecond=0)
@@ -79,6 +95,8 @@ def _interval_next(schedule: celery_schedules.schedule, after: datetime) -> date
 
 @first_due.register
 def _interval_first(schedule: celery_schedules.schedule, now: datetime) -> datetime | None:
+    if overrides_estimate(schedule, celery_schedules.schedule):
+        return celery_next(schedule, now - timedelta(microseconds=1))
     return utc(now)
 
 
@@ -239,11 +257,15 @@ def _first_in_day(
 
 @next_after.register
 def _crontab_next(schedule: celery_schedules.crontab, after: datetime) -> datetime | None:
+    if overrides_estimate(schedule, celery_schedules.crontab):
+        return celery_next(schedule, after)
     return cron_next(schedule, after, schedule.tz)
 
 
 @first_due.register
 def _crontab_first(schedule: celery_schedules.crontab, now: datetime) -> datetime | None:
+    if overrides_estimate(schedule, celery_schedules.crontab):
+        return celery_next(schedule, now - timedelta(microseconds=1))
     return cron_next(schedule, now, schedule.tz, inclusive=True)
 
 

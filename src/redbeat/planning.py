@@ -111,8 +111,8 @@ def history_record(task_id: str, due: datetime, claimed_at: str, node_json: str)
             f'"claimed_at": "{claimed_at}", "node": {node_json}}}')
 
 
-def quarantine_reason(reason: str, now: datetime, policy: Policy) -> str:
-    return json.dumps({"reason": reason, "at": now.isoformat(), "node": policy.node})
+def quarantine_reason(reason: str, now: datetime, node: str) -> str:
+    return json.dumps({"reason": reason, "at": now.isoformat(), "node": node})
 
 
 def first_due_time(entry: RedBeatSchedulerEntry, row: Row, now: datetime) -> datetime | None:
@@ -130,7 +130,7 @@ def plan_row(
     if row.definition is None and row.meta is None and row.policy is None:
         logger.warning("beat: %s is in the schedule but is not an entry hash; removing it",
                        printable(row.key))
-        reason = quarantine_reason("the hash has no 'definition' field", now, policy)
+        reason = quarantine_reason("the hash has no 'definition' field", now, policy.node)
         plan.ops.append(Op("drop", row.key, score=PARKED_SCORE, fields=((QUARANTINE, reason),)))
         return
     try:
@@ -138,7 +138,7 @@ def plan_row(
                                    policy=row.policy)
     except InvalidEntry as exc:
         logger.error("beat: Quarantined %s: %s", printable(row.key), printable(exc.reason))
-        reason = quarantine_reason(exc.reason, now, policy)
+        reason = quarantine_reason(exc.reason, now, policy.node)
         plan.ops.append(Op("quarantine", row.key, row.fingerprint, PARKED_SCORE,
                            ((QUARANTINE, reason),)))
         return
@@ -212,7 +212,7 @@ def plan_batch(
         except Exception as exc:
             # Whatever an entry holds, it must not stop the others: quarantine it.
             logger.exception("beat: Quarantined %s: planning it failed", printable(row.key))
-            reason = quarantine_reason(f"planning failed: {exc!r}", now, policy)
+            reason = quarantine_reason(f"planning failed: {exc!r}", now, policy.node)
             plan.ops.append(Op("quarantine", row.key, row.fingerprint, PARKED_SCORE,
                            ((QUARANTINE, reason),)))
     return plan

@@ -10,9 +10,10 @@ loop then goes back to standby rather than exiting if Redis stays away longer.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import redis.exceptions
 from tenacity import (
@@ -69,3 +70,27 @@ class RetryPolicy:
 
     def call(self, fn: Callable[[], T]) -> T:
         return self._retrying()(fn)
+
+
+class RetryingConnection:
+    """A Redis client whose every method call goes through :class:`RetryPolicy`.
+
+    celery-redbeat 2.4.2's ``get_redis`` returns one when ``retry_period`` is set, and
+    code written against it calls the client directly; this package's own round trips
+    go through the store, which retries on its own.
+    """
+
+    def __init__(self, retry_period: float | None, wrapped_connection: Any) -> None:
+        self.wrapped_connection = wrapped_connection
+        self.policy = RetryPolicy(retry_period)
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.wrapped_connection, name)
+        if not callable(attribute):
+            return attribute
+
+        @functools.wraps(attribute)
+        def retried(*args: Any, **kwargs: Any) -> Any:
+            return self.policy.call(lambda: attribute(*args, **kwargs))
+
+        return retried

@@ -25,13 +25,15 @@ from typing import Any
 import redis.exceptions
 from celery import Celery
 from celery.beat import Scheduler
+from celery.schedules import crontab
 from celery.utils.time import humanize_seconds
 from kombu.exceptions import OperationalError
 from kombu.utils.objects import cached_property
 
 from . import decoder
-from .connection import get_redis, redact
+from .connection import CLIENT_ATTRIBUTE, get_redis, redact
 from .entry import (
+    InvalidEntry,
     RedBeatSchedulerEntry,
     changed_json,
     from_score,
@@ -40,23 +42,58 @@ from .entry import (
     store_for,
     to_score,
 )
-from .lock import Holder, new_token
-from .nexttime import first_due, next_after
-from .planning import Claim, Plan, Policy, plan_batch, read_pending
-from .settings import AT_LEAST_ONCE, RedBeatConfig, ensure_conf
-from .store import Fetch, LockLost, StaticWrite
+from .keys import PARKED_SCORE, QUARANTINE, KeyLayout
+from .lock import Holder, Lease
+from .nexttime import next_after
+from .planning import (
+    Claim,
+    Plan,
+    Policy,
+    plan_batch,
+    printable,
+    quarantine_reason,
+    read_pending,
+)
+from .retry import RetryingConnection
+from .settings import AT_LEAST_ONCE, DEFAULT_POLL_INTERVAL, RedBeatConfig, ensure_conf
+from .store import Fetch, LockLost, Op, Row, StaticWrite, load_script
 
 logger = logging.getLogger("celery.beat")
 
 SENT, BROKER_DOWN = object(), object()
+
+#: Hooks of celery-redbeat 2.4.2 that the batched tick does not call; a subclass (or
+#: instance) overriding one of them, or an entry class overriding one of ENTRY_HOOKS,
+#: gets the per-entry path. (``apply_async``, ``send_task`` and ``setup_schedule`` are
+#: called on both paths.)
+SCHEDULER_HOOKS = ("maybe_due", "is_due", "reserve")
+ENTRY_HOOKS = ("__init__", "is_due", "due_at", "reschedule", "generate_key", "_next_instance",
+               "next", "__next__")
+#: Entries listed by the ``schedule`` property at most.
+PAGE = 1000
 
 EVICTING_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
 #: Parked members checked for an expired hash per sweep, and seconds between sweeps.
 SWEEP_PAGE, SWEEP_EVERY = 500, 60.0
 
 
+def celery_default_entries(app: Celery, configured: dict[str, Any]) -> dict[str, Any]:
+    """The entries Celery's beat adds by itself: ``celery.backend_cleanup`` when
+    results expire on a backend that cannot expire them (Celery's own rule)."""
+    if (app.conf.result_expires and not app.backend.supports_autoexpire
+            and "celery.backend_cleanup" not in configured):
+        return {"celery.backend_cleanup": {
+            "task": "celery.backend_cleanup", "schedule": crontab("0", "4", "*"),
+            "options": {"expires": 12 * 3600}}}
+    return {}
+
+
 class RedBeatScheduler(Scheduler):
     Entry = RedBeatSchedulerEntry
+
+    #: Celery's default is 300 s; this scheduler wakes every poll interval anyway (to
+    #: renew the lease and see entries saved by anyone), so that is its loop interval.
+    max_interval = DEFAULT_POLL_INTERVAL
 
     def __init__(
         self,
@@ -67,48 +104,71 @@ class RedBeatScheduler(Scheduler):
         **kwargs: Any,
     ) -> None:
         self.config: RedBeatConfig = ensure_conf(app)
-        if lock_key:
-            self.config.lock_key = self.config.keys.__class__(self.config.key_prefix, lock_key).lock
-        if lock_timeout:
-            self.config.lock_timeout = float(lock_timeout)
         self.clock = clock
-        self.token = new_token() if self.config.lock_key else ""
-        self.node_id = self.token or node_name()
+        self.node_id = node_name()
+        self.lock: Lease | None = None
+        self._lock_key = self.config.lock_key
+        self._lock_timeout = lock_timeout
+        if lock_key:
+            self._lock_key = KeyLayout(self.config.key_prefix, lock_key).lock
         self.leading = False
         self._standby_holder: str | None = None
         self._redis_down = False
         self._sweep_at = 0.0
         self._sweep_offset = 0
         super().__init__(app, **kwargs)
-        self.config.max_loop_interval = float(self.max_interval)
+        self._new_lease()
 
-    # -- compatibility with celery-redbeat 2.4.2 attribute names -------------------------
+    # -- the lease (assignable, as in celery-redbeat 2.4.2) ------------------------------
+
+    def _new_lease(self) -> None:
+        """Rebuild ``lock`` after the key or timeout changed, keeping this node's token
+        (a scheduler holding the lease must still recognise its own)."""
+        token = self.lock.token if self.lock is not None else None
+        if not self._lock_key:
+            self.lock = None
+            return
+        timeout = self.config.lease_timeout(self._lock_timeout)
+        self.lock = Lease(self.store, self._lock_key, timeout, token, sleep=self.poll_interval)
+        self.node_id = self.lock.token
 
     @property
     def lock_key(self) -> str | None:
-        return self.config.lock_key
+        return self._lock_key
+
+    @lock_key.setter
+    def lock_key(self, value: str | None) -> None:
+        self._lock_key = KeyLayout(self.config.key_prefix, value).lock if value else None
+        self._new_lease()
 
     @property
     def lock_timeout(self) -> float:
-        return self.config.lock_timeout
+        """The lease timeout in force (seconds)."""
+        return self.config.lease_timeout(self._lock_timeout)
 
-    @property
-    def lock(self) -> str | None:
-        """This node's lock token while it leads, else None."""
-        return self.token if self.leading else None
+    @lock_timeout.setter
+    def lock_timeout(self, value: float | None) -> None:
+        self._lock_timeout = value
+        self._new_lease()
+
+    def _lease(self) -> Lease | None:
+        """The lease a tick runs under; None when locking is disabled."""
+        if self._lock_key and self.lock is None:
+            # A lock key with no lease (2.4.2 code sets ``lock = None`` when it could not
+            # take the lock): leading unfenced could double-send, so refuse.
+            raise AttributeError(f"scheduler.lock is None while lock_key {self._lock_key!r} "
+                                 "is set; assign a lock key again to rebuild the lease")
+        return self.lock
 
     @property
     def store(self) -> Any:
         return store_for(self.app)
 
-    @property
-    def _lock_ms(self) -> int:
-        return int(self.config.lock_timeout * 1000)
-
     # -- start-up ------------------------------------------------------------------------
 
     def setup_schedule(self) -> None:
-        """Load the scripts and check the server; statics wait until this node leads."""
+        """Load the scripts and check the server. Statics wait until this node leads,
+        unless locking is disabled (then this is the only node: write them now)."""
         try:
             server_config = self.store.preload()
         except redis.exceptions.RedisError as exc:
@@ -116,6 +176,8 @@ class RedBeatScheduler(Scheduler):
                          redact(self.config.redis_url), exc)
             return
         self._check_eviction(server_config.get("maxmemory-policy", ""))
+        if not self._lock_key:
+            self.sync_statics(datetime.fromtimestamp(self.clock(), tz=timezone.utc))
 
     def _check_eviction(self, policy: str) -> None:
         if policy not in EVICTING_POLICIES:
@@ -129,9 +191,8 @@ class RedBeatScheduler(Scheduler):
     def static_entries(self) -> dict[str, RedBeatSchedulerEntry]:
         """``beat_schedule`` plus Celery's default entries, as entries; a malformed one is
         logged and skipped so it cannot stop beat."""
-        self._default_entries: dict[str, Any] = {}
-        self.install_default_entries(self.config.schedule)
-        configured = {**self._default_entries, **self.config.schedule}
+        configured = {**celery_default_entries(self.app, self.config.schedule),
+                      **self.config.schedule}
         entries = {}
         for name, spec in configured.items():
             try:
@@ -140,10 +201,27 @@ class RedBeatScheduler(Scheduler):
                 logger.error("beat: Skipping static entry %r: %r (%r)", name, exc, spec)
         return entries
 
+    def install_default_entries(self, data: Any) -> None:
+        """Celery's defaults join the statics the leader syncs (``static_entries``)
+        instead of being written by every node at start."""
+
     def update_from_dict(self, dict_: dict[str, Any]) -> None:
-        """Celery's ``install_default_entries`` hands its defaults (such as
-        ``celery.backend_cleanup``) here; they join the statics."""
-        self._default_entries.update(dict_)
+        """Write these entries now, keeping the run history of those already stored
+        (celery-redbeat 2.4.2's method, for code that calls it)."""
+        for name, spec in dict_.items():
+            try:
+                entry = self._maybe_entry(name, spec)
+            except Exception as exc:
+                logger.error("beat: Skipping entry %r: %r (%r)", name, exc, spec)
+                continue
+            try:
+                stored = self.Entry.from_key(self.Entry.generate_key(self.app, name),
+                                             app=self.app)
+            except (KeyError, InvalidEntry):
+                pass
+            else:
+                entry.last_run_at = stored.last_run_at
+            entry.save()
 
     def sync_statics(self, now: datetime) -> None:
         """Write the static entries (keeping their run history) and delete the statics
@@ -154,12 +232,12 @@ class RedBeatScheduler(Scheduler):
         writes = []
         for entry, (meta_text, score) in zip(entries, stored, strict=True):
             due = self._static_due(entry, meta_text, score, now)
-            writes.append(StaticWrite(
-                entry.key, entry.name, entry.definition_json(), meta_json(None),
+            writes.append(StaticWrite(  # the meta only lands on a static seen the first time
+                entry.key, entry.name, entry.definition_json(), meta_json(now, 0),
                 to_score(due) if entry.enabled else -1.0, changed_json("static-sync"),
             ))
         removed = [(self.config.keys.entry(name), name) for name in recorded - set(statics)]
-        self.store.write_statics(writes, removed, self.token)
+        self.store.write_statics(writes, removed, self._lease())
         for _, name in removed:
             logger.info("beat: Removed static entry %r (no longer in beat_schedule)", name)
         logger.info("beat: Synced %d static entries", len(writes))
@@ -177,7 +255,7 @@ class RedBeatScheduler(Scheduler):
             return next_after(entry.schedule, last_run_at)
         if score is not None and score > 0:
             return from_score(score)
-        return first_due(entry.schedule, now)
+        return next_after(entry.schedule, now)  # new: one interval from now, as in Celery
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -201,8 +279,8 @@ class RedBeatScheduler(Scheduler):
     def _tick(self) -> float:
         now_ts = self.clock()
         now = datetime.fromtimestamp(now_ts, tz=timezone.utc)
-        fetch = self.store.fetch(now_ts, self.token, self._lock_ms, self.config.batch_size,
-                                 self.node_id)
+        lease = self._lease()
+        fetch = self.store.fetch(now_ts, lease, self.config.batch_size, self.node_id)
         if fetch.status == "standby":
             return self._standby(fetch)
         if fetch.status == "acquired" or not self.leading:
@@ -210,6 +288,9 @@ class RedBeatScheduler(Scheduler):
             if fetch.status == "acquired":
                 return 0.0
         confirmed = self._publish_pending(fetch.pending)
+        if self.per_entry:
+            self.store.confirm(confirmed)
+            return self._tick_per_entry(fetch, lease, now)
         policy = Policy(
             node=self.node_id,
             deterministic_task_ids=self.config.deterministic_task_ids,
@@ -219,8 +300,8 @@ class RedBeatScheduler(Scheduler):
         )
         plan = plan_batch(self.app, fetch.rows, now, policy, self.Entry)
         if plan.ops:
-            self.store.commit(plan.ops, self.token, self._lock_ms, policy.node, now_ts)
-        sent, lost = self._publish(plan.claims)
+            self.store.commit(plan.ops, lease, policy.node, now_ts)
+        sent, lost = self._publish(plan.claims, lease)
         confirmed.extend(sent)
         if policy.at_least_once:
             self.store.confirm(confirmed)
@@ -229,6 +310,65 @@ class RedBeatScheduler(Scheduler):
         if now_ts >= self._sweep_at:
             self._sweep_parked(now_ts)
         return self._sleep_after(fetch, plan, now_ts)
+
+    # -- the per-entry path, for subclasses written against celery-redbeat 2.4.2 ----------
+
+    @cached_property
+    def per_entry(self) -> bool:
+        """Whether this scheduler (its class or the instance) or its entry class
+        overrides a hook the batched tick does not call; then every due entry goes
+        through those hooks one by one, as in celery-redbeat 2.4.2."""
+        own = type(self)
+        if any(getattr(own, hook) is not getattr(RedBeatScheduler, hook) or hook in vars(self)
+               for hook in SCHEDULER_HOOKS):
+            return True
+        return any(getattr(self.Entry, hook) is not getattr(RedBeatSchedulerEntry, hook)
+                   for hook in ENTRY_HOOKS)
+
+    def _tick_per_entry(self, fetch: Fetch, lease: Lease | None, now: datetime) -> float:
+        """Each due entry is built through the entry class (its constructor included)
+        and handed to ``maybe_due``; a sent entry is rescheduled by ``reserve``. The
+        overrides decide, so this path is neither batched nor fenced, and task ids are
+        Celery's own: the price of the hooks, paid only by subclasses that have them."""
+        waits = [self.poll_interval]
+        for row in fetch.rows:
+            try:
+                entry = self.Entry.from_key(row.key, app=self.app)
+            except KeyError:
+                continue  # deleted since the fetch
+            except InvalidEntry as exc:
+                self._quarantine(row, exc.reason, lease, now)
+                continue
+            wait = self.maybe_due(entry, **self._maybe_due_kwargs)
+            if wait:
+                waits.append(wait)
+        return 0.0 if len(fetch.rows) >= self.config.batch_size else max(min(waits), 0.0)
+
+    def _quarantine(self, row: Row, reason: str, lease: Lease | None, now: datetime) -> None:
+        logger.error("beat: Quarantined %s: %s", printable(row.key), printable(reason))
+        record = quarantine_reason(reason, now, self.node_id)
+        self.store.commit([Op("quarantine", row.key, row.fingerprint, PARKED_SCORE,
+                              ((QUARANTINE, record),))], lease, self.node_id, now.timestamp())
+
+    def maybe_due(self, entry: RedBeatSchedulerEntry, **kwargs: Any) -> float | None:
+        """Send ``entry`` if its ``is_due`` says so; returns the seconds until it is due
+        next (celery-redbeat 2.4.2's hook, called only on the per-entry path)."""
+        is_due, next_time_to_run = self.is_due(entry)
+        if is_due:
+            logger.info("Scheduler: Sending due task %s (%s)", entry.name, entry.task)
+            try:
+                self.apply_async(entry, **kwargs)
+            except Exception as exc:
+                logger.exception("Scheduler: Message Error: %s", exc)
+        return next_time_to_run
+
+    def reserve(self, entry: RedBeatSchedulerEntry) -> RedBeatSchedulerEntry:
+        """Record a run of ``entry`` in Redis before it is sent; returns the next one."""
+        return next(entry)
+
+    @cached_property
+    def _maybe_due_kwargs(self) -> dict[str, Any]:
+        return {"producer": self.producer}
 
     def _sleep_after(self, fetch: Fetch, plan: Plan, now_ts: float) -> float:
         if len(fetch.rows) >= self.config.batch_size:
@@ -289,16 +429,16 @@ class RedBeatScheduler(Scheduler):
         logger.info("Scheduler: Sending due task %s (%s) id=%s", entry.name, entry.task, task_id)
         return self.apply_async(message, producer=self.producer, advance=False)
 
-    def _publish(self, claims: list[Claim]) -> tuple[list[str], bool]:
+    def _publish(self, claims: list[Claim], lease: Lease | None) -> tuple[list[str], bool]:
         """Publish the claimed slots; returns the ids sent and whether the lock was lost
         on the way (the sent ones are still confirmed, so they are not sent twice)."""
         sent: list[str] = []
         extended_at = time.monotonic()
         for claim in claims:
-            if self.token and time.monotonic() - extended_at > self.config.lock_timeout / 3:
+            if lease is not None and time.monotonic() - extended_at > lease.timeout / 3:
                 # A slow broker must not let the lock lapse under a healthy leader. If it
                 # lapsed anyway, stop: the new leader re-sends what is still pending.
-                if not self.store.extend_lock(self.token, self._lock_ms):
+                if not lease.renew():
                     return sent, True
                 extended_at = time.monotonic()
             if self._try_send(claim.entry, claim.task_id) is BROKER_DOWN:
@@ -351,9 +491,9 @@ class RedBeatScheduler(Scheduler):
     # -- shutdown and introspection ------------------------------------------------------
 
     def close(self) -> None:
-        if self.leading and self.token:
+        if self.leading and self.lock is not None:
             try:
-                if self.store.release_lock(self.token):
+                if self.store.release_lock(self.lock.name, self.lock.token):
                     logger.info("beat: Released the lock")
             except redis.exceptions.RedisError as exc:
                 logger.warning("beat: Could not release the lock: %s", exc)
@@ -366,10 +506,17 @@ class RedBeatScheduler(Scheduler):
 
     @property
     def schedule(self) -> dict[str, RedBeatSchedulerEntry]:
-        """The entries due now (read only; the tick is what runs them)."""
-        from .manage import due_entries
-
-        return {entry.name: entry for entry in due_entries(self.app, self.clock())}
+        """The entries due now and the next one due within two loop intervals, by name,
+        as 2.4.2 lists them (read only; the tick is what runs them)."""
+        now = self.clock()
+        entries = {}
+        for key in self.store.due_keys(now, now + 2 * self.max_interval, PAGE):
+            try:
+                entry = self.Entry.from_key(key, app=self.app)
+            except (KeyError, InvalidEntry):
+                continue
+            entries[entry.name] = entry
+        return entries
 
     @schedule.setter
     def schedule(self, value: Any) -> None:
@@ -378,12 +525,38 @@ class RedBeatScheduler(Scheduler):
     @property
     def info(self) -> str:
         lines = [f"       . redis -> {redact(self.config.redis_url)}"]
-        if self.config.lock_key:
-            lines.append(f"       . lock -> `{self.config.lock_key}` "
-                         f"{humanize_seconds(self.config.lock_timeout)} "
-                         f"({self.config.lock_timeout}s)")
+        if self.lock_key:
+            lines.append(f"       . lock -> `{self.lock_key}` "
+                         f"{humanize_seconds(self.lock_timeout)} ({self.lock_timeout}s)")
         return "\n".join(lines)
 
 
-__all__ = ["RedBeatConfig", "RedBeatScheduler", "RedBeatSchedulerEntry", "ensure_conf",
-           "get_redis"]
+# -- names celery-redbeat 2.4.2 exposed here ---------------------------------------------
+
+#: The script that pushes the lock's expiry back to a full timeout (this package's
+#: extend.lua; 2.4.2 exposed its own under this name).
+LUA_EXTEND_TO_SCRIPT = load_script("extend")
+#: Attributes of the app that hold the client (and, in 2.4.2, the Sentinel object).
+REDBEAT_REDIS_KEY = CLIENT_ATTRIBUTE
+REDBEAT_SENTINEL_KEY = "redbeat_sentinel"
+ADD_ENTRY_ERROR = "\nCouldn't add entry %r to redis schedule: %r. Contents: %r\n"
+
+
+def acquire_distributed_beat_lock(sender: Any = None, **kwargs: Any) -> None:
+    """Take the leader lock for ``sender.scheduler``, waiting until it is free.
+
+    celery-redbeat 2.4.2 connected this to ``beat_init``; here it is not connected,
+    because the tick takes the lock itself and a standby keeps polling (and logging)
+    instead of blocking at start-up. Code that calls it still gets the lock.
+    """
+    scheduler = sender.scheduler
+    if not scheduler.lock_key:
+        return
+    scheduler.lock.acquire()
+    logger.info("beat: Acquired lock")
+
+
+__all__ = ["ADD_ENTRY_ERROR", "LUA_EXTEND_TO_SCRIPT", "REDBEAT_REDIS_KEY",
+           "REDBEAT_SENTINEL_KEY", "RedBeatConfig", "RedBeatScheduler", "RedBeatSchedulerEntry",
+           "RetryingConnection", "acquire_distributed_beat_lock", "ensure_conf", "get_redis",
+           "logger"]

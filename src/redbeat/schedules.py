@@ -16,14 +16,14 @@ from dateutil import rrule as dateutil_rrule
 
 UTC = timezone.utc
 
+# dateutil's frequency constants, importable from here as from celery-redbeat 2.4.2.
+YEARLY, MONTHLY, WEEKLY, DAILY = (dateutil_rrule.YEARLY, dateutil_rrule.MONTHLY,
+                                  dateutil_rrule.WEEKLY, dateutil_rrule.DAILY)
+HOURLY, MINUTELY, SECONDLY = dateutil_rrule.HOURLY, dateutil_rrule.MINUTELY, dateutil_rrule.SECONDLY
+
 FREQUENCIES = {
-    "YEARLY": dateutil_rrule.YEARLY,
-    "MONTHLY": dateutil_rrule.MONTHLY,
-    "WEEKLY": dateutil_rrule.WEEKLY,
-    "DAILY": dateutil_rrule.DAILY,
-    "HOURLY": dateutil_rrule.HOURLY,
-    "MINUTELY": dateutil_rrule.MINUTELY,
-    "SECONDLY": dateutil_rrule.SECONDLY,
+    "YEARLY": YEARLY, "MONTHLY": MONTHLY, "WEEKLY": WEEKLY, "DAILY": DAILY,
+    "HOURLY": HOURLY, "MINUTELY": MINUTELY, "SECONDLY": SECONDLY,
 }
 FREQUENCY_NAMES = {value: name for name, value in FREQUENCIES.items()}
 
@@ -56,6 +56,8 @@ class _ScheduleProtocol(celery_schedules.BaseSchedule):
             return None
         return upcoming - self.maybe_make_aware(self.now())
 
+    remaining_estimate.redbeat = True  # type: ignore[attr-defined]  # see nexttime
+
     def is_due(self, last_run_at: datetime) -> celery_schedules.schedstate:
         from .nexttime import next_after
 
@@ -73,25 +75,36 @@ class _ScheduleProtocol(celery_schedules.BaseSchedule):
 class rrule(_ScheduleProtocol):
     """A Celery schedule over dateutil's rrule (RFC 5545 recurrences).
 
-    ``freq`` is a name (``"DAILY"``) or dateutil's constant. ``dtstart`` defaults to the
-    start of the current hour, so fields the rule leaves open (minute, second) come out
-    as 0 rather than as whatever second the entry was created at; a naive
-    ``dtstart``/``until`` is read in ``timezone`` (default UTC). Keeping a
+    ``freq`` is a name (``"DAILY"``) or dateutil's constant; the positional order of the
+    arguments is celery-redbeat 2.4.2's (and dateutil's). ``dtstart`` defaults to now,
+    cut to the second, as in 2.4.2: a rule that leaves its minute or second open repeats
+    from its creation time. A naive ``dtstart``/``until`` is read in ``timezone``
+    (default UTC). Keeping a
     named zone (``Europe/Paris``) makes a weekly 09:00 rule stay at 09:00 local time
     across daylight-saving changes, which a fixed UTC offset cannot do.
     """
+
+    #: 2.4.2's name for :data:`FREQUENCIES`.
+    FREQ_MAP = FREQUENCIES
 
     def __init__(
         self,
         freq: int | str,
         dtstart: datetime | None = None,
         interval: int = 1,
+        wkst: Any = None,
+        count: int | None = None,
         until: datetime | None = None,
+        *positional_rules: Any,
         timezone: str | Any | None = None,
         nowfun: Any = None,
         app: Any = None,
         **rules: Any,
     ) -> None:
+        if len(positional_rules) > len(RRULE_FIELDS) - 2:
+            raise TypeError("rrule() got too many positional arguments")
+        rules.update(zip(RRULE_FIELDS[2:], positional_rules, strict=False))  # bysetpos...
+        rules.update(wkst=wkst, count=count)
         unknown = set(rules) - set(RRULE_FIELDS)
         if unknown:
             raise TypeError(f"rrule() got unexpected arguments: {', '.join(sorted(unknown))}")
@@ -103,7 +116,7 @@ class rrule(_ScheduleProtocol):
         zone = as_zone(timezone)
         self.interval = int(interval)
         if dtstart is None:
-            dtstart = datetime.now(zone or UTC).replace(minute=0, second=0, microsecond=0)
+            dtstart = datetime.now(zone or UTC).replace(microsecond=0)
         self.dtstart = self._localize(dtstart, zone)
         self.until = None if until is None else self._localize(until, zone or self.dtstart.tzinfo)
         self.rules = {name: rules.get(name) for name in RRULE_FIELDS}

@@ -9,6 +9,7 @@ and under a ``config_from_object`` namespace (``CELERY_REDBEAT_REDIS_URL`` with 
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,10 +23,14 @@ logger = logging.getLogger("celery.beat")
 _MISSING = object()
 
 DEFAULT_KEY_PREFIX = "redbeat:"
-DEFAULT_MAX_LOOP_INTERVAL = 300.0
 #: How often a standby asks for the lock, and the longest a leader sleeps, so a new
 #: entry saved by anyone is picked up within this many seconds.
 DEFAULT_POLL_INTERVAL = 1.0
+#: With no ``redbeat_lock_timeout``, the lease lasts this many poll intervals. The
+#: leader renews it on every poll, so it need not outlive a long ``beat_max_loop_interval``
+#: as 2.4.2's ``5 x max interval`` (25 minutes by default) had to: a killed leader is
+#: replaced within about this many seconds plus one poll.
+LEASE_POLLS = 5
 DEFAULT_BATCH_SIZE = 1000
 DEFAULT_HISTORY_LENGTH = 10
 AT_LEAST_ONCE = "at-least-once"
@@ -78,8 +83,9 @@ class RedBeatConfig:
     redis_options_from_redbeat: bool = True
     key_prefix: str = DEFAULT_KEY_PREFIX
     lock_key: str | None = None
-    lock_timeout: float = 0.0
-    max_loop_interval: float = DEFAULT_MAX_LOOP_INTERVAL
+    #: ``redbeat_lock_timeout`` as set (None when unset, as 2.4.2's config reports it);
+    #: the lease actually in force is :meth:`lease_timeout`.
+    lock_timeout: float | None = None
     poll_interval: float = DEFAULT_POLL_INTERVAL
     batch_size: int = DEFAULT_BATCH_SIZE
     delivery: str = AT_LEAST_ONCE
@@ -93,7 +99,20 @@ class RedBeatConfig:
     def __post_init__(self) -> None:
         if self.app is not None:
             self._read(self.app.conf)
+            self._warn_inherited()
         self._check()
+
+    def _warn_inherited(self) -> None:
+        """celery-redbeat 2.4.2 deprecated borrowing the broker's settings (the schedule
+        then shares the broker's Redis and its transport options); so does this package,
+        with the same DeprecationWarnings, while still honouring them."""
+        if self.redis_url_is_fallback:
+            warnings.warn("redbeat_redis_url is not set: falling back to broker_url is "
+                          "deprecated; set redbeat_redis_url", DeprecationWarning, stacklevel=3)
+        if not self.redis_options_from_redbeat and self.redis_options:
+            warnings.warn("redbeat_redis_options is not set: falling back to "
+                          "broker_transport_options is deprecated; set redbeat_redis_options",
+                          DeprecationWarning, stacklevel=3)
 
     def _read(self, conf: Mapping[str, Any]) -> None:
         url = conf_lookup(conf, "redbeat_redis_url", None)
@@ -114,12 +133,8 @@ class RedBeatConfig:
             if lock_key is _MISSING
             else (None if lock_key is None else KeyLayout(self.key_prefix, lock_key).lock)
         )
-        self.max_loop_interval = float(
-            conf_lookup(conf, "beat_max_loop_interval", None) or DEFAULT_MAX_LOOP_INTERVAL
-        )
-        self.lock_timeout = float(
-            conf_lookup(conf, "redbeat_lock_timeout", None) or self.max_loop_interval * 5
-        )
+        lock_timeout = conf_lookup(conf, "redbeat_lock_timeout", None)
+        self.lock_timeout = None if lock_timeout is None else float(lock_timeout)
         self.poll_interval = float(
             conf_lookup(conf, "redbeat_poll_interval", None) or DEFAULT_POLL_INTERVAL
         )
@@ -146,18 +161,25 @@ class RedBeatConfig:
             )
         if self.batch_size < 1:
             raise ValueError("redbeat_batch_size must be at least 1")
-        if not self.lock_timeout:
-            self.lock_timeout = self.max_loop_interval * 5
-        # The leader extends the lock at least once per poll interval (and between
-        # batches of a long tick); three missed extensions in a row must not be enough
-        # to lose it, or a slow Redis reply hands leadership around for nothing.
+
+    def lease_timeout(self, requested: float | None = None) -> float:
+        """The lock timeout in force: ``requested`` (a scheduler argument), else the
+        setting, else :data:`LEASE_POLLS` poll intervals.
+
+        The leader extends the lock at least once per poll interval (and between
+        batches of a long tick); three missed extensions in a row must not be enough to
+        lose it, or a slow Redis reply hands leadership around for nothing, so a shorter
+        timeout is raised to that floor (with a warning).
+        """
+        timeout = requested or self.lock_timeout or self.poll_interval * LEASE_POLLS
         floor = self.poll_interval * 3 + 1
-        if self.lock_key and self.lock_timeout < floor:
+        if timeout < floor:
             logger.warning(
                 "beat: redbeat_lock_timeout=%ss is too close to the %ss poll interval; using %ss",
-                self.lock_timeout, self.poll_interval, floor,
+                timeout, self.poll_interval, floor,
             )
-            self.lock_timeout = floor
+            return floor
+        return float(timeout)
 
     # -- the 2.4.2 attribute names, kept for code that reads them --------------------
 
@@ -190,6 +212,9 @@ class RedBeatConfig:
             self.app.conf.beat_schedule = value
 
     def either_or(self, name: str, default: Any = None) -> Any:
+        if name == name.upper():
+            warnings.warn(f"Celery 3 setting name {name} (use {name.lower()})", UserWarning,
+                          stacklevel=2)
         if self.app is None:
             return default
         return conf_lookup(self.app.conf, name, default)

@@ -13,10 +13,13 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .keys import CHANGED, DEFINITION, META, POLICY, QUARANTINE, KeyLayout
 from .retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from .lock import Lease
 
 
 def load_script(name: str) -> str:
@@ -155,13 +158,18 @@ class ScheduleStore:
 
     # -- the tick: fetch, commit, confirm ---------------------------------------------
 
-    def fetch(
-        self, now: float, token: str, lock_timeout_ms: int, batch: int, node_id: str
-    ) -> Fetch:
+    def _lease_args(self, lease: Lease | None) -> tuple[str, str, int]:
+        """Lock key, token and timeout for a script; token '' means no locking."""
+        if lease is None:
+            return self.keys.lock, "", 0
+        return lease.name, lease.token, lease.timeout_ms
+
+    def fetch(self, now: float, lease: Lease | None, batch: int, node_id: str) -> Fetch:
+        lock_key, token, timeout_ms = self._lease_args(lease)
         reply = self._run(
             "tick",
-            [self.keys.schedule, self.keys.lock, self.keys.pending, self.keys.nodes],
-            [repr(now), batch, token, lock_timeout_ms, node_id],
+            [self.keys.schedule, lock_key, self.keys.pending, self.keys.nodes],
+            [repr(now), batch, token, timeout_ms, node_id],
         )
         status = reply[0]
         if status == "standby":
@@ -175,15 +183,16 @@ class ScheduleStore:
                 for key, score, *fields in json.loads(reply[3]) or ()]
         return Fetch(status, next_score=next_score, pending=pending, rows=rows)
 
-    def commit(self, ops: Sequence[Op], token: str, lock_timeout_ms: int, node: str,
+    def commit(self, ops: Sequence[Op], lease: Lease | None, node: str,
                claimed_at: float) -> int:
         """Apply ``ops`` atomically if this node holds the lock; raises LockLost otherwise.
         ``node`` and ``claimed_at`` go into the pending messages commit.lua writes."""
         # ensure_ascii=False: text that was not UTF-8 (kept as surrogates) goes back as
         # the bytes it was read as, which cjson passes through unchanged
         operations = json.dumps([op.as_json() for op in ops], ensure_ascii=False)
-        reply = self._run("commit", [self.keys.schedule, self.keys.lock, self.keys.pending],
-                          [token, lock_timeout_ms, repr(claimed_at), node, operations])
+        lock_key, token, timeout_ms = self._lease_args(lease)
+        reply = self._run("commit", [self.keys.schedule, lock_key, self.keys.pending],
+                          [token, timeout_ms, repr(claimed_at), node, operations])
         if reply[0] == "lost":
             raise LockLost(reply[1])
         return int(reply[1])
@@ -202,18 +211,25 @@ class ScheduleStore:
 
     # -- the lock ------------------------------------------------------------------------
 
-    def extend_lock(self, token: str, lock_timeout_ms: int) -> bool:
-        return bool(self._run("extend", [self.keys.lock], [token, lock_timeout_ms]))
+    def take_lock(self, lock_key: str, token: str, lock_timeout_ms: int) -> bool:
+        """Set the lock to ``token`` if nobody holds it."""
+        return bool(self.policy.call(
+            lambda: self.client.set(lock_key, token, nx=True, px=lock_timeout_ms)))
 
-    def release_lock(self, token: str) -> bool:
-        return bool(self._run("release", [self.keys.lock], [token]))
+    def extend_lock(self, lock_key: str, token: str, lock_timeout_ms: int) -> bool:
+        return bool(self._run("extend", [lock_key], [token, lock_timeout_ms]))
 
-    def lock_holder(self) -> tuple[str | None, int]:
+    def release_lock(self, lock_key: str, token: str) -> bool:
+        return bool(self._run("release", [lock_key], [token]))
+
+    def lock_holder(self, lock_key: str | None = None) -> tuple[str | None, int]:
         """The lock's value and remaining milliseconds (-2 when there is no lock)."""
+        key = lock_key or self.keys.lock
+
         def read() -> Any:
             with self.client.pipeline(transaction=False) as pipe:
-                pipe.get(self.keys.lock)
-                pipe.pttl(self.keys.lock)
+                pipe.get(key)
+                pipe.pttl(key)
                 return pipe.execute()
         holder, ttl = self.policy.call(read)
         return holder, int(ttl)
@@ -231,12 +247,14 @@ class ScheduleStore:
         return set(names or ()), pairs
 
     def write_statics(
-        self, writes: Sequence[StaticWrite], removed: Sequence[tuple[str, str]], token: str
+        self, writes: Sequence[StaticWrite], removed: Sequence[tuple[str, str]],
+        lease: Lease | None,
     ) -> None:
         entries = json.dumps([[w.key, w.name, w.definition, w.meta, repr(w.score), w.changed]
                               for w in writes], ensure_ascii=False)
         gone = json.dumps([list(pair) for pair in removed], ensure_ascii=False)
-        keys = [self.keys.schedule, self.keys.lock, self.keys.statics]
+        lock_key, token, _ = self._lease_args(lease)
+        keys = [self.keys.schedule, lock_key, self.keys.statics]
         if self._run("sync_statics", keys, [token, entries, gone]) == "lost":
             raise LockLost(None)
 
@@ -285,6 +303,16 @@ class ScheduleStore:
                 pipe.delete(key)
                 pipe.execute()
         self.policy.call(write)
+
+    def due_keys(self, now: float, until: float, limit: int) -> list[str]:
+        """Keys due at ``now`` (at most ``limit``), then the first one due by ``until``."""
+        def read() -> Any:
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.zrangebyscore(self.keys.schedule, 0, now, start=0, num=limit)
+                pipe.zrangebyscore(self.keys.schedule, f"({now!r}", until, start=0, num=1)
+                return pipe.execute()
+        due, upcoming = self.policy.call(read)
+        return [*due, *upcoming]
 
     def rank(self, key: str) -> int | None:
         return self.policy.call(lambda: self.client.zrank(self.keys.schedule, key))
