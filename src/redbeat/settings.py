@@ -9,6 +9,7 @@ and under a ``config_from_object`` namespace (``CELERY_REDBEAT_REDIS_URL`` with 
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -60,6 +61,20 @@ def conf_lookup(conf: Mapping[str, Any], name: str, default: Any = _MISSING) -> 
         except KeyError:
             continue
     return default
+
+
+def broker_fallback(conf: Mapping[str, Any], name: str) -> Any:
+    """A broker setting redbeat borrows when its own is unset (``broker_url``,
+    ``broker_use_ssl``, ``broker_transport_options``): Celery's environment override of
+    the URL, then the Celery 3 spelling as 2.4.2 reads it (Celery answers it from the
+    new name too, but a raw ``BROKER_URL`` key wins, as it did in 2.4.2), then the
+    setting as Celery reads it."""
+    if name == "broker_url" and os.environ.get("CELERY_BROKER_URL"):
+        return os.environ["CELERY_BROKER_URL"]
+    try:
+        return conf[name.upper()]
+    except KeyError:
+        return conf_lookup(conf, name, None)
 
 
 def conf_has(conf: Mapping[str, Any], name: str) -> bool:
@@ -115,18 +130,20 @@ class RedBeatConfig:
                           DeprecationWarning, stacklevel=3)
 
     def _read(self, conf: Mapping[str, Any]) -> None:
+        # The prefix first, as 2.4.2 reads it: with Celery's test app, defaults added by
+        # ``conf.add_defaults`` are visible to the first read only.
+        self.key_prefix = conf_lookup(conf, "redbeat_key_prefix", None) or DEFAULT_KEY_PREFIX
         url = conf_lookup(conf, "redbeat_redis_url", None)
         self.redis_url_is_fallback = not url
-        self.redis_url = url or conf_lookup(conf, "broker_url", None) or ""
+        self.redis_url = url or broker_fallback(conf, "broker_url") or ""
         self.redis_use_ssl = conf_lookup(
-            conf, "redbeat_redis_use_ssl", conf_lookup(conf, "broker_use_ssl", None)
+            conf, "redbeat_redis_use_ssl", broker_fallback(conf, "broker_use_ssl")
         )
         options = conf_lookup(conf, "redbeat_redis_options", _MISSING)
         self.redis_options_from_redbeat = options is not _MISSING
         if options is _MISSING:
-            options = conf_lookup(conf, "broker_transport_options", None)
+            options = broker_fallback(conf, "broker_transport_options")
         self.redis_options = dict(options or {})
-        self.key_prefix = conf_lookup(conf, "redbeat_key_prefix", None) or DEFAULT_KEY_PREFIX
         lock_key = conf_lookup(conf, "redbeat_lock_key", _MISSING)
         self.lock_key = (
             KeyLayout(self.key_prefix).lock
