@@ -68,6 +68,18 @@ class KeyLayout:
             return self.lock_name
         return self.prefix + self.lock_name
 
+    @property
+    def internal(self) -> frozenset[str]:
+        """The package's own keys: no entry may be named so that its key is one of them
+        (an entry ``:lock`` would turn the lock into a hash no node can ever take)."""
+        return frozenset({self.schedule, self.statics, self.pending, self.nodes, self.lock})
+
+    def is_entry_key(self, key: str) -> bool:
+        """Whether ``key`` can hold an entry of this schedule: under the prefix and not
+        one of the internal keys. A schedule member that fails this is never written to
+        (it may be another application's data, or out of an ACL user's reach)."""
+        return key.startswith(self.prefix) and key not in self.internal
+
     def entry(self, name: str) -> str:
         return self.prefix + name
 

@@ -35,9 +35,10 @@ from .entry import (
     meta_json,
     to_score,
 )
-from .keys import META, MISFIRES, PARKED_SCORE, QUARANTINE, history_field
+from .keys import META, MISFIRES, PARKED_SCORE, QUARANTINE, KeyLayout, history_field
 from .nexttime import first_due, next_after
 from .policy import EntryPolicy, misfire_record
+from .settings import ensure_conf
 from .store import Op, Row
 
 logger = logging.getLogger("celery.beat")
@@ -126,12 +127,19 @@ def first_due_time(entry: RedBeatSchedulerEntry, row: Row, now: datetime) -> dat
 def plan_row(
     app: Celery, row: Row, now: datetime, policy: Policy, plan: Plan,
     entry_class: type[RedBeatSchedulerEntry] = RedBeatSchedulerEntry,
+    keys: KeyLayout | None = None,
 ) -> None:
+    keys = keys or ensure_conf(app).keys
+    if not keys.is_entry_key(row.key):
+        logger.warning("beat: %s is in the schedule but is not a key of this schedule's "
+                       "entries (outside the prefix, or an internal key); removing the member "
+                       "and leaving the key alone", printable(row.key))
+        plan.ops.append(Op("forget", row.key))
+        return
     if row.definition is None and row.meta is None and row.policy is None:
         logger.warning("beat: %s is in the schedule but is not an entry hash; removing it",
                        printable(row.key))
-        reason = quarantine_reason("the hash has no 'definition' field", now, policy.node)
-        plan.ops.append(Op("drop", row.key, score=PARKED_SCORE, fields=((QUARANTINE, reason),)))
+        plan.ops.append(Op("drop", row.key))
         return
     try:
         entry = entry_class.decode(app, row.key, row.definition, row.meta, cached=True,
@@ -206,9 +214,10 @@ def plan_batch(
     entry_class: type[RedBeatSchedulerEntry] = RedBeatSchedulerEntry,
 ) -> Plan:
     plan = Plan(now.isoformat())
+    keys = ensure_conf(app).keys
     for row in rows:
         try:
-            plan_row(app, row, now, policy, plan, entry_class)
+            plan_row(app, row, now, policy, plan, entry_class, keys)
         except Exception as exc:
             # Whatever an entry holds, it must not stop the others: quarantine it.
             logger.exception("beat: Quarantined %s: planning it failed", printable(row.key))

@@ -236,7 +236,8 @@ class RedBeatScheduler(Scheduler):
                 entry.key, entry.name, entry.definition_json(), meta_json(now, 0),
                 to_score(due) if entry.enabled else -1.0, changed_json("static-sync"),
             ))
-        removed = [(self.config.keys.entry(name), name) for name in recorded - set(statics)]
+        removed = [(self.Entry.generate_key(self.app, name), name)  # the entry class's keys
+                   for name in recorded - set(statics)]
         self.store.write_statics(writes, removed, self._lease())
         for _, name in removed:
             logger.info("beat: Removed static entry %r (no longer in beat_schedule)", name)
@@ -299,9 +300,14 @@ class RedBeatScheduler(Scheduler):
             misfire_grace_time=self.config.misfire_grace_time,
         )
         plan = plan_batch(self.app, fetch.rows, now, policy, self.Entry)
+        claims = plan.claims
         if plan.ops:
-            self.store.commit(plan.ops, lease, policy.node, now_ts)
-        sent, lost = self._publish(plan.claims, lease)
+            skipped = self.store.commit(plan.ops, lease, policy.node, now_ts)
+            if skipped:
+                # edited between the read and the commit: nothing was recorded, so
+                # nothing is sent; the next tick reads the new version
+                claims = [claim for claim in claims if claim.entry.key not in skipped]
+        sent, lost = self._publish(claims, lease)
         confirmed.extend(sent)
         if policy.at_least_once:
             self.store.confirm(confirmed)
@@ -451,8 +457,11 @@ class RedBeatScheduler(Scheduler):
         for task_id, message in pending.items():
             try:
                 pending_message = read_pending(self.app, message, self.Entry)
-            except (ValueError, KeyError, TypeError) as exc:  # InvalidEntry is a ValueError
-                logger.error("beat: Dropping unreadable pending slot %s: %r", task_id, exc)
+            except Exception as exc:
+                # whatever a record holds (a due of 1e300, nesting past the recursion
+                # limit, a bad definition), it must not stop the node: drop it, log it
+                logger.error("beat: Dropping unreadable pending slot %s: %s", printable(task_id),
+                             printable(repr(exc)[:300]))
                 done.append(task_id)
                 continue
             if pending_message.reason == "run-now":

@@ -184,8 +184,9 @@ class ScheduleStore:
         return Fetch(status, next_score=next_score, pending=pending, rows=rows)
 
     def commit(self, ops: Sequence[Op], lease: Lease | None, node: str,
-               claimed_at: float) -> int:
+               claimed_at: float) -> set[str]:
         """Apply ``ops`` atomically if this node holds the lock; raises LockLost otherwise.
+        Returns the keys whose update was skipped (edited since the read).
         ``node`` and ``claimed_at`` go into the pending messages commit.lua writes."""
         # ensure_ascii=False: text that was not UTF-8 (kept as surrogates) goes back as
         # the bytes it was read as, which cjson passes through unchanged
@@ -195,7 +196,7 @@ class ScheduleStore:
                           [token, timeout_ms, repr(claimed_at), node, operations])
         if reply[0] == "lost":
             raise LockLost(reply[1])
-        return int(reply[1])
+        return set(reply[2])
 
     def confirm(self, task_ids: Iterable[str]) -> None:
         """Forget pending slots whose publish the broker accepted."""

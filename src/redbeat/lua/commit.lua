@@ -24,10 +24,15 @@
 --                hash when expire_seconds > 0 (a finished entry with a time-to-live)
 --   'quarantine' if unchanged, or if the hash has no definition to fingerprint: write
 --                the fields (the reason) and set the score (the parked -1)
---   'drop'       the hash is gone (or the key is not a hash): remove the member; if a
---                hash exists after all, write the fields (the reason) and the score
+--   'drop'       the member names no hash (the key is gone or holds another type):
+--                remove the member; a hash created since the read is left alone (the
+--                next tick reads it)
+--   'forget'     the member is not a key of this schedule's entries (outside the prefix,
+--                or an internal key): remove the member without touching the key
 --
--- returns {'ok', applied} or {'lost', holder|false}
+-- returns {'ok', applied, skipped} or {'lost', holder|false}, where skipped lists the keys
+-- of the 'update' operations not applied (their entry changed since the read): their
+-- claims must not be published
 local token = ARGV[1]
 if token ~= '' then
   local holder = redis.call('GET', KEYS[2])
@@ -55,20 +60,19 @@ local function write_fields(key, fields)
   end
 end
 
-local applied = 0
+local applied, skipped = 0, {}
 for _, op in ipairs(cjson.decode(ARGV[5])) do
   local kind, key, fingerprint, score, expire, fields, slots =
     op[1], op[2], op[3], op[4], op[5], op[6], op[7]
 
-  if kind == 'drop' then
+  if kind == 'forget' then
+    redis.call('ZREM', KEYS[1], key)
+    applied = applied + 1
+  elseif kind == 'drop' then
     if redis.call('TYPE', key).ok ~= 'hash' then
       redis.call('ZREM', KEYS[1], key)
-    else
-      write_fields(key, fields)
-      scores[#scores + 1] = score
-      scores[#scores + 1] = key
+      applied = applied + 1
     end
-    applied = applied + 1
   else
     local current = redis.call('HMGET', key, 'definition', 'meta', 'quarantine')
     local unchanged = current[1] and
@@ -94,9 +98,11 @@ for _, op in ipairs(cjson.decode(ARGV[5])) do
       scores[#scores + 1] = score
       scores[#scores + 1] = key
       applied = applied + 1
+    elseif kind == 'update' then
+      skipped[#skipped + 1] = key
     end
   end
 end
 flush('ZADD', KEYS[1], scores)
 flush('HSET', KEYS[3], pending)
-return {'ok', applied}
+return {'ok', applied, skipped}

@@ -1,0 +1,140 @@
+"""Single hostile records and edits that must not stop a tick, stop a node or send a slot
+twice: an entry edited between a tick's read and its commit, schedule members outside
+the prefix or naming an internal key, entry names that would be internal keys, unreadable
+pending records, and a hash created between the read and the commit. Real redis-server,
+real tick, injected clock."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from conftest import make_app
+from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
+from redbeat.manage import import_entries
+from redbeat.schedulers import get_redis
+
+T0 = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc).timestamp()
+
+
+class Recording(RedBeatScheduler):
+    def __init__(self, *args, **kwargs):
+        self.sent: list[tuple[str, str, list]] = []
+        super().__init__(*args, **kwargs)
+
+    def apply_async(self, entry, producer=None, advance=True, **kwargs):
+        self.sent.append((entry.name, entry.options["task_id"], entry.args))
+
+
+def at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(T0 + seconds, tz=timezone.utc)
+
+
+def leading(app, now: list[float]) -> Recording:
+    scheduler = Recording(app, clock=lambda: now[0])
+    assert scheduler.tick() == 0.0  # takes the lock
+    return scheduler
+
+
+def save(app, name, every=10.0, args=None, since=-10.0):
+    return RedBeatSchedulerEntry(name, "tasks.x", every, args=args or [], app=app,
+                                 last_run_at=at(since)).save()
+
+
+def test_an_edit_between_read_and_commit_sends_nothing_then_the_slot_once(app):
+    now = [T0]
+    save(app, "edited", args=["old"])
+    scheduler = leading(app, now)
+    real_commit = scheduler.store.commit
+
+    def edit_then_commit(ops, lease, node, claimed_at):
+        save(app, "edited", args=["new"])  # an editor saves while the tick is planning
+        return real_commit(ops, lease, node, claimed_at)
+
+    scheduler.store.commit = edit_then_commit
+    scheduler.tick()
+    assert scheduler.sent == []  # the claim was not recorded, so it is not published
+    scheduler.store.commit = real_commit
+    scheduler.tick()
+    assert scheduler.sent == [("edited", f"edited:{round(T0 * 1000)}", ["new"])]
+    stored = RedBeatSchedulerEntry.from_key("redbeat:edited", app=app)
+    assert stored.total_run_count == 1
+
+
+def test_members_outside_the_prefix_or_naming_internal_keys_are_removed_untouched(app):
+    now = [T0]
+    client = get_redis(app)
+    client.hset("otherapp:x", mapping={"definition": "theirs"})
+    client.hset("redbeat::nodes", "someone", "leader 1")
+    client.zadd("redbeat::schedule", {"otherapp:x": 1, "redbeat::nodes": 1, "redbeat::lock": 1})
+    save(app, "good")
+    scheduler = leading(app, now)
+    scheduler.tick()
+    assert [name for name, _, _ in scheduler.sent] == ["good"]
+    members = set(client.zrange("redbeat::schedule", 0, -1))
+    assert "redbeat:good" in members
+    assert not members & {"otherapp:x", "redbeat::nodes", "redbeat::lock"}
+    assert client.hgetall("otherapp:x") == {"definition": "theirs"}  # never written
+    assert "quarantine" not in client.hgetall("redbeat::nodes")
+    assert client.type("redbeat::lock") == "string"  # still the lock, not a hash
+
+
+@pytest.mark.parametrize("name", [":lock", ":nodes", ":pending", ":schedule", ":statics"])
+def test_entry_names_that_are_internal_keys_are_refused(app, name):
+    with pytest.raises(ValueError, match="reserved"):
+        RedBeatSchedulerEntry(name, "tasks.x", 10.0, app=app).save()
+    document = {"format": "redbeat-export/1", "entries": [
+        {"name": name, "definition": {"name": name, "task": "tasks.x", "schedule": {
+            "__type__": "interval", "every": 10.0, "relative": False}}}]}
+    with pytest.raises(ValueError, match="reserved"):
+        import_entries(app, document)
+    assert get_redis(app).type(f"redbeat:{name}") in ("none", "string", "hash", "zset", "set")
+    assert get_redis(app).type("redbeat::lock") in ("none", "string")
+
+
+@pytest.mark.parametrize("record", [
+    json.dumps({"key": "redbeat:p", "definition": None, "due": 1e300}),
+    "[" * 100_000 + "]" * 100_000,
+    "not json",
+    json.dumps({"key": "redbeat:p"}),
+    json.dumps([1, 2, 3]),
+])
+def test_an_unreadable_pending_record_is_dropped_and_the_others_run(app, record):
+    now = [T0]
+    save(app, "good")
+    scheduler = leading(app, now)
+    get_redis(app).hset("redbeat::pending", "poison:1", record)
+    scheduler.tick()
+    assert [name for name, _, _ in scheduler.sent] == ["good"]
+    assert get_redis(app).hlen("redbeat::pending") == 0
+    assert scheduler.leading
+
+
+def test_a_hash_created_between_read_and_commit_is_left_to_the_next_tick(app):
+    now = [T0]
+    client = get_redis(app)
+    client.zadd("redbeat::schedule", {"redbeat:late": 0})  # member first, hash not yet
+    scheduler = leading(app, now)
+    real_commit = scheduler.store.commit
+
+    def hash_arrives_then_commit(ops, lease, node, claimed_at):
+        RedBeatSchedulerEntry("late", "tasks.x", 10.0, app=app, last_run_at=at(-10)).save()
+        client.zadd("redbeat::schedule", {"redbeat:late": 0})
+        return real_commit(ops, lease, node, claimed_at)
+
+    scheduler.store.commit = hash_arrives_then_commit
+    scheduler.tick()
+    scheduler.store.commit = real_commit
+    assert client.zscore("redbeat::schedule", "redbeat:late") == 0  # not parked
+    assert "quarantine" not in client.hgetall("redbeat:late")
+    now[0] += 1
+    scheduler.tick()
+    assert [name for name, _, _ in scheduler.sent] == ["late"]
+
+
+def test_a_reserved_name_is_refused_even_with_another_prefix(redis_server):
+    app = make_app(redis_server.url, redbeat_key_prefix="tenant1:")
+    with pytest.raises(ValueError, match="reserved"):
+        RedBeatSchedulerEntry(":pending", "tasks.x", timedelta(seconds=10), app=app).save()
