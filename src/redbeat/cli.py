@@ -24,7 +24,7 @@ import redis.exceptions
 from celery import Celery
 from celery.schedules import crontab, schedule, solar
 
-from . import health, manage
+from . import health, legacy, manage
 from .entry import InvalidEntry, RedBeatSchedulerEntry
 from .lock import Holder
 from .nexttime import next_after
@@ -306,6 +306,10 @@ def show(ctx: click.Context, name: str, runs: int) -> None:
         raw = info.fields.get(field)
         if raw is not None:
             click.echo(f"{field}:")
+            real = legacy.real_text(raw) if field == "definition" else raw
+            if real != raw:
+                click.echo("  (stored inside a disabled stub, which celery-redbeat 2.4.2 skips)")
+                raw = real
             try:
                 click.echo("  " + json.dumps(json.loads(raw), indent=2).replace("\n", "\n  "))
             except ValueError:

@@ -24,7 +24,7 @@ from celery import Celery
 from celery.beat import ScheduleEntry
 from celery.schedules import BaseSchedule, ParseException, schedstate
 
-from . import decoder
+from . import decoder, legacy
 from .connection import get_redis
 from .keys import PARKED_SCORE
 from .nexttime import first_due, next_after, utc
@@ -218,7 +218,9 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         }
 
     def definition_json(self) -> str:
-        return decoder.dumps(self.definition)
+        """The stored text: what celery-redbeat 2.4.2 cannot read goes in a disabled stub
+        that carries it (see redbeat.legacy), so a 2.4.2 beat on the same data never fails."""
+        return legacy.wrap(decoder.dumps(self.definition))
 
     # -- persistence ---------------------------------------------------------------------
 
@@ -323,6 +325,9 @@ def parse_definition(
     if not text:
         raise InvalidEntry(key, "the hash has no 'definition' field")
     definition = _load_json(key, "definition", text, load)
+    inner = legacy.unwrap(definition)
+    if inner is not None:  # the stub shown to celery-redbeat 2.4.2: run what it carries
+        definition = _load_json(key, "definition", inner, load)
     if not isinstance(definition, dict):
         raise InvalidEntry(key, "definition must be a JSON object")
     for required in ("name", "task", "schedule"):

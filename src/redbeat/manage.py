@@ -17,6 +17,7 @@ from typing import Any
 
 from celery import Celery
 
+from . import legacy
 from .entry import InvalidEntry, RedBeatSchedulerEntry, node_name, store_for
 from .keys import (
     CHANGED,
@@ -205,6 +206,8 @@ def export_entries(app: Celery) -> dict[str, Any]:
                                   "static": info.static}
         for name in (DEFINITION, META, POLICY):
             raw = info.fields.get(name)
+            if name == DEFINITION and raw is not None:
+                raw = legacy.real_text(raw)  # not the stub celery-redbeat 2.4.2 is shown
             try:
                 record[name] = None if raw is None else json.loads(raw)
             except ValueError:
@@ -251,6 +254,8 @@ def import_entries(app: Celery, document: dict[str, Any], dry_run: bool = False,
             policy = _field_text(record.get(POLICY))
             if definition is None:
                 raise ValueError(f"entry {name!r} has no definition")
+            # stored as save() stores it: in a stub if celery-redbeat 2.4.2 cannot read it
+            definition = legacy.wrap(definition, name)
             score = record.get("score")
             score = float(score) if score is not None else 0.0
             current = existing.get(name)

@@ -51,19 +51,22 @@ class CeleryProcess:
     """One celery process (beat or worker) with its log in a file."""
 
     def __init__(self, directory: Path, name: str, args: list[str], conf: dict[str, Any],
-                 results_url: str) -> None:
+                 results_url: str, python: str | None = None) -> None:
+        """``python``: another interpreter (celery-redbeat 2.4.2's), which then sees only
+        its own packages and the project dir, never this checkout's ``redbeat``."""
         self.name = name
         self.log_path = directory / f"{name}.log"
         env = dict(os.environ)
+        inherited = env.get("PYTHONPATH", "") if python is None else ""
         env.update({
-            "PYTHONPATH": os.pathsep.join([str(directory), env.get("PYTHONPATH", "")]),
+            "PYTHONPATH": os.pathsep.join([str(directory), inherited]),
             "BEATAPP_CONF": json.dumps(conf),
             "BEATAPP_RESULTS_URL": results_url,
             "PYTHONUNBUFFERED": "1",
         })
         with open(self.log_path, "w") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "beatapp", *args],
+                [python or sys.executable, "-m", "celery", "-A", "beatapp", *args],
                 cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT,
             )
         self.paused = False
@@ -131,19 +134,20 @@ class Cluster:
         }
         self.processes: list[CeleryProcess] = []
 
-    def beat(self, name: str, **settings: Any) -> CeleryProcess:
+    def beat(self, name: str, python: str | None = None, **settings: Any) -> CeleryProcess:
         args = ["beat", "-S", "redbeat.RedBeatScheduler", "-l", "info",
                 "-s", str(self.directory / f"{name}-schedule")]
-        return self._start(name, args, settings)
+        return self._start(name, args, settings, python)
 
     def worker(self, name: str = "worker", **settings: Any) -> CeleryProcess:
         args = ["worker", "-P", "solo", "-l", "info", "-n", f"{name}@%h",
                 "--without-heartbeat", "--without-gossip", "--without-mingle"]
         return self._start(name, args, settings)
 
-    def _start(self, name: str, args: list[str], settings: dict[str, Any]) -> CeleryProcess:
+    def _start(self, name: str, args: list[str], settings: dict[str, Any],
+               python: str | None = None) -> CeleryProcess:
         process = CeleryProcess(self.directory, name, args, {**self.conf, **settings},
-                                self.redis_url)
+                                self.redis_url, python)
         self.processes.append(process)
         return process
 
