@@ -67,7 +67,8 @@ def _sentinel_addresses(url: str, options: dict[str, Any]) -> list[tuple[str, in
         if parsed.hostname:
             addresses.append((parsed.hostname, parsed.port or 26379))
     if not addresses:
-        raise RedisConfigError(f"no sentinel addresses in {url!r} or redbeat_redis_options")
+        raise RedisConfigError(
+            f"no sentinel addresses in {redact(url)!r} or redbeat_redis_options")
     return addresses
 
 
@@ -132,7 +133,7 @@ def build_client(config: RedBeatConfig) -> Any:
         return _sentinel_client(config)
     if scheme not in ("redis", "rediss", "unix"):
         raise RedisConfigError(
-            f"unsupported Redis URL scheme {scheme!r} in {url!r} "
+            f"unsupported Redis URL scheme {scheme!r} in {redact(url)!r} "
             "(use redis://, rediss://, unix://, redis-sentinel:// or redis-cluster://)"
         )
     extra: dict[str, Any] = {**client_options(config), **TEXT_REPLIES}
@@ -168,9 +169,24 @@ def unwrapped(client: Any) -> Any:
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for logs."""
-    parsed = urlparse(url)
-    if parsed.password:
-        netloc = parsed.netloc.replace(f":{parsed.password}@", ":***@")
-        return parsed._replace(netloc=netloc).geturl()
+    """The URL without its passwords, for logs and errors: every part of Celery's
+    ``sentinel://:pw@h1;sentinel://:pw@h2`` form, and text that does not parse as a URL
+    at all is cut at its last ``@``."""
+    return ";".join(_redact_one(part) for part in url.split(";"))
+
+
+def _redact_one(url: str) -> str:
+    try:
+        parsed = urlparse(url)
+        password = parsed.password
+    except ValueError:
+        password = None
+        parsed = None
+    if parsed is not None and password:
+        netloc = parsed.netloc.rpartition("@")
+        user = netloc[0].partition(":")[0]
+        return parsed._replace(netloc=f"{user}:***@{netloc[2]}").geturl()
+    if "@" in url and "://" in url:
+        scheme, _, rest = url.partition("://")
+        return f"{scheme}://***@{rest.rpartition('@')[2]}"
     return url

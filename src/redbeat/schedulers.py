@@ -170,14 +170,20 @@ class RedBeatScheduler(Scheduler):
         """Load the scripts and check the server. Statics wait until this node leads,
         unless locking is disabled (then this is the only node: write them now)."""
         try:
-            server_config = self.store.preload()
+            self._check_server()
         except redis.exceptions.RedisError as exc:
             logger.error("beat: Redis at %s unreachable at start (%s); will keep trying",
                          redact(self.config.redis_url), exc)
+            self._redis_down = True  # checked, and "Redis is back" logged, when it answers
             return
-        self._check_eviction(server_config.get("maxmemory-policy", ""))
         if not self._lock_key:
             self.sync_statics(datetime.fromtimestamp(self.clock(), tz=timezone.utc))
+
+    def _check_server(self) -> None:
+        """Load the scripts and check the eviction policy: at start, or when Redis first
+        answers if it was down then."""
+        server_config = self.store.preload()
+        self._check_eviction(server_config.get("maxmemory-policy", ""))
 
     def _check_eviction(self, policy: str) -> None:
         if policy not in EVICTING_POLICIES:
@@ -275,6 +281,7 @@ class RedBeatScheduler(Scheduler):
         if self._redis_down:
             logger.info("beat: Redis is back")
             self._redis_down = False
+            self._check_server()
         return interval
 
     def _tick(self) -> float:
@@ -391,6 +398,9 @@ class RedBeatScheduler(Scheduler):
         would otherwise accumulate forever."""
         self._sweep_offset, dropped = self.store.sweep_parked(self._sweep_offset, SWEEP_PAGE)
         self._sweep_at = now_ts + SWEEP_EVERY
+        # a node killed without closing leaves its heartbeat behind; forget it once it is
+        # older than any live node's can be
+        self.store.forget_nodes_older_than(now_ts - max(SWEEP_EVERY, 10 * self.lock_timeout))
         if dropped:
             logger.info("beat: Dropped %d expired finished entries from the schedule", dropped)
 

@@ -153,6 +153,20 @@ class ScheduleStore:
     def forget_node(self, node_id: str) -> None:
         self.policy.call(lambda: self.client.hdel(self.keys.nodes, node_id))
 
+    def forget_nodes_older_than(self, cutoff: float) -> None:
+        """Drop heartbeats (``"<role> <epoch seconds>"``) older than ``cutoff``; one that
+        cannot be read is dropped too."""
+        stale = []
+        for node, beat in self.nodes().items():
+            try:
+                seen = float(beat.rsplit(" ", 1)[-1])
+            except ValueError:
+                seen = float("-inf")
+            if not seen >= cutoff:  # NaN counts as stale
+                stale.append(node)
+        if stale:
+            self.policy.call(lambda: self.client.hdel(self.keys.nodes, *stale))
+
     def nodes(self) -> dict[str, str]:
         return self.policy.call(lambda: self.client.hgetall(self.keys.nodes))
 
