@@ -347,6 +347,35 @@ def test_entry_constructor_that_does_not_take_a_stored_key_still_loads(app):
     assert not hasattr(loaded, "tenant")
 
 
+@pytest.mark.parametrize("how", ["argument", "assignment"])
+def test_a_lock_key_given_in_code_is_used_as_given_as_in_242(app, how):
+    if how == "argument":
+        scheduler = RedBeatScheduler(app, lock_key="shared-lock")
+    else:
+        scheduler = RedBeatScheduler(app)
+        scheduler.lock_key = "shared-lock"
+    lead(scheduler)
+    assert get_redis(app).get("shared-lock") == scheduler.lock.token
+    scheduler.close()
+
+
+def test_an_entry_hook_that_raises_skips_that_entry_and_beat_goes_on(app, published):
+    class Broken(RedBeatSchedulerEntry):
+        def is_due(self):
+            if self.name == "bad":
+                raise ValueError("bug in a subclass")
+            return super().is_due()
+
+    class Scheduler(RedBeatScheduler):
+        Entry = Broken
+
+    for name in ("bad", "good"):
+        Broken(name, f"tasks.{name}", HOUR, app=app, last_run_at=overdue()).save()
+    scheduler = lead(Scheduler(app))
+    scheduler.tick()
+    assert [task for task, _ in published] == ["tasks.good"] and scheduler.leading
+
+
 def test_entry_is_due_that_refuses_keeps_the_entry_from_running(app, published):
     asked = []
 
@@ -562,7 +591,7 @@ def test_lock_key_and_timeout_assigned_in_a_subclass_init(app, published):
     class Custom(RedBeatScheduler):
         def __init__(self, app, **kwargs):
             super().__init__(app, **kwargs)
-            self.lock_key = "redbeat:custom-lock"  # prefixed: 2.4.2 uses it as given
+            self.lock_key = "redbeat:custom-lock"  # an assigned key is used as given
             self.lock_timeout = 30
 
     scheduler = Custom(app)

@@ -25,6 +25,7 @@ from celery import Celery
 from celery.schedules import crontab, schedule, solar
 
 from . import health, legacy, manage
+from .connection import redact
 from .entry import InvalidEntry, RedBeatSchedulerEntry
 from .lock import Holder
 from .nexttime import next_after
@@ -496,8 +497,13 @@ def status_command(ctx: click.Context) -> None:
 @command
 def check_command(ctx: click.Context, host: str | None, pid: int | None,
                   max_age: float | None) -> None:
-    """Health probe: exit 0 when this host's beat leads or stands by a live leader."""
-    result = health.check(_app(ctx), host=host, pid=pid, max_age=max_age)
+    """Health probe: exit 0 when this host's beat leads or stands by a live leader;
+    1 otherwise, Redis unreachable included (a probe has one failure code)."""
+    try:
+        result = health.check(_app(ctx), host=host, pid=pid, max_age=max_age)
+    except redis.exceptions.RedisError as exc:
+        click.echo(f"unhealthy: Redis unreachable ({redact(str(exc))})")
+        sys.exit(EXIT_FAILED)
     click.echo(("healthy: " if result.healthy else "unhealthy: ") + result.reason)
     if not result.healthy:
         sys.exit(EXIT_FAILED)

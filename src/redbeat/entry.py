@@ -25,7 +25,7 @@ from celery.beat import ScheduleEntry
 from celery.schedules import BaseSchedule, ParseException, schedstate
 
 from . import decoder, legacy
-from .connection import get_redis
+from .connection import get_redis, unwrapped
 from .keys import PARKED_SCORE
 from .nexttime import first_due, next_after, utc
 from .policy import DEFAULT as DEFAULT_POLICY
@@ -38,7 +38,6 @@ UTC_ZONE = ZoneInfo("UTC")
 POLICY_FIELDS = tuple(f.name for f in fields(EntryPolicy))
 STORE_ATTRIBUTE = "redbeat_store"
 CACHE_ATTRIBUTE = "redbeat_definitions"
-NEVER = datetime.min.replace(tzinfo=timezone.utc)
 
 
 class InvalidEntry(ValueError):
@@ -56,9 +55,16 @@ def store_for(app: Celery) -> ScheduleStore:
     if store is None:
         config = ensure_conf(app)
         policy = RetryPolicy(config.redis_options.get("retry_period"))
-        store = ScheduleStore(get_redis(app), config.keys, policy)
+        store = ScheduleStore(unwrapped(get_redis(app)), config.keys, policy)
         setattr(app, STORE_ATTRIBUTE, store)
     return store
+
+
+def to_millisecond(moment: datetime) -> datetime:
+    """``moment`` cut to the millisecond, for the ``last_run_at`` of an entry created or
+    rescheduled without one: scores are milliseconds, so the due time computed from it
+    is exactly the score that is stored."""
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
 
 
 def node_name() -> str:
@@ -140,16 +146,17 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         ``misfire_grace_time``, ``coalesce``, ``max_catch_up``, ``jitter``, ``ttl``) is
         stored in its own hash field; see redbeat.policy."""
         policy_fields = {name: clsargs.pop(name) for name in POLICY_FIELDS if name in clsargs}
-        # Celery fills a missing last_run_at with "now" (asking the app's clock, which
-        # is most of the cost of building a thousand statics); here None means "never
-        # ran", so Celery gets a placeholder and the real value is set after.
+        # As in Celery, an entry created without ``last_run_at`` counts as having run
+        # now (by its schedule's clock), so it first runs one interval (or the next
+        # calendar match) after it was created, not at once.
         super().__init__(
             name=str(name), task=task, schedule=schedule, args=args, kwargs=kwargs,
             options=options, total_run_count=total_run_count, app=app,
-            last_run_at=last_run_at or NEVER, **clsargs,
+            last_run_at=last_run_at, **clsargs,
         )
+        if last_run_at is None:
+            self.last_run_at = to_millisecond(self.last_run_at)  # type: ignore[has-type]
         self.enabled = enabled
-        self.last_run_at = last_run_at
         self.config: RedBeatConfig = ensure_conf(self.app)
         self.policy = replace(policy or DEFAULT_POLICY, **policy_fields)
 
@@ -161,7 +168,7 @@ class RedBeatSchedulerEntry(ScheduleEntry):
 
     @property
     def key(self) -> str:
-        return self.config.keys.entry(self.name)
+        return self.generate_key(app=self.app, name=self.name)
 
     @property
     def store(self) -> ScheduleStore:
@@ -172,10 +179,9 @@ class RedBeatSchedulerEntry(ScheduleEntry):
     def next_run_after(self, moment: datetime) -> datetime | None:
         return next_after(self.schedule, moment)
 
-    @property
-    def due_at(self) -> datetime | None:
-        """The real next run time (possibly in the past when overdue); None when the
-        schedule has no more runs."""
+    def next_due(self) -> datetime | None:
+        """The real next run time (in the past when overdue); None when the schedule
+        has no more runs. The score is this time (with the policy's delay)."""
         if self.last_run_at is None:
             due = first_due(self.schedule, utc(self._default_now()))
         else:
@@ -183,12 +189,21 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         return self.policy.window(self.schedule, due)
 
     @property
+    def due_at(self) -> datetime | None:
+        """When it runs next: now when overdue (as in 2.4.2), None when the schedule has
+        no more runs."""
+        due = self.next_due()
+        return None if due is None else max(due, utc(self._default_now()))
+
+    @property
     def score(self) -> float:
         """The schedule-set score: the due time, or -1 (never selected) when disabled or
         finished."""
         if not self.enabled:
             return PARKED_SCORE
-        due = self.due_at
+        if type(self).due_at is not RedBeatSchedulerEntry.due_at:
+            return to_score(self.due_at)  # a subclass's own due time, as 2.4.2 scored it
+        due = self.next_due()
         return to_score(None if due is None else due + self.policy.delay(self.name, due))
 
     @property
@@ -198,7 +213,7 @@ class RedBeatSchedulerEntry(ScheduleEntry):
     def is_due(self) -> schedstate:
         if not self.enabled:
             return schedstate(False, 5.0)
-        due = self.due_at
+        due = self.next_due()
         now = utc(self._default_now())
         if due is None:
             return schedstate(False, None)
@@ -222,9 +237,41 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         that carries it (see redbeat.legacy), so a 2.4.2 beat on the same data never fails."""
         return legacy.wrap(decoder.dumps(self.definition))
 
+    # -- celery-redbeat 2.4.2's decoding helpers, for code that calls them --------------
+
+    @staticmethod
+    def decode_definition(definition: str) -> dict[str, Any]:
+        """A definition's JSON as a dict of decoded values (schedules as objects)."""
+        return decoder.loads(definition)
+
+    @staticmethod
+    def decode_meta(meta: str | None, app: Celery | None = None) -> dict[str, Any]:
+        if not meta:
+            return {"last_run_at": None}
+        return decoder.loads(meta)
+
+    @staticmethod
+    def load_definition(key: str, app: Celery | None = None,
+                        definition: str | None = None) -> dict[str, Any]:
+        """KeyError when the key holds no definition."""
+        if definition is None:
+            definition = store_for(ensure_conf(app).app).load(key)[0]
+        if not definition:
+            raise KeyError(key)
+        return RedBeatSchedulerEntry.decode_definition(definition)
+
+    @staticmethod
+    def load_meta(key: str, app: Celery | None = None) -> dict[str, Any]:
+        return RedBeatSchedulerEntry.decode_meta(store_for(ensure_conf(app).app).load(key)[1])
+
     # -- persistence ---------------------------------------------------------------------
 
     def save(self, changed_by: str = "python-api") -> RedBeatSchedulerEntry:
+        """Write the entry; ValueError for a name whose key is one of the package's own
+        (``:lock``, ``:nodes``, ...), which would break every node."""
+        if self.key in self.config.keys.internal:
+            raise ValueError(f"entry name {self.name!r} is reserved: its key {self.key!r} is "
+                             "one of redbeat's own keys")
         self.store.save(
             self.key, self.definition_json(), meta_json(self.last_run_at), self.score,
             changed_json(changed_by), self.policy.to_json(),
@@ -236,7 +283,7 @@ class RedBeatSchedulerEntry(ScheduleEntry):
 
     def reschedule(self, last_run_at: datetime | None = None) -> None:
         """Pretend it last ran at ``last_run_at`` (default now) and store the next run."""
-        self.last_run_at = last_run_at or self._default_now()
+        self.last_run_at = last_run_at or to_millisecond(self._default_now())
         self.store.write_meta(self.key, meta_json(self.last_run_at, self.total_run_count),
                               self.score)
 
@@ -320,8 +367,10 @@ class Definition(NamedTuple):
 
 
 def parse_definition(
-    key: str, text: str | None, prefix: str, load: Callable[[str], Any] = decoder.loads
+    key: str, text: str | None, prefix: str | None, load: Callable[[str], Any] = decoder.loads
 ) -> Definition:
+    """The validated definition; ``prefix`` None skips the check that the name belongs
+    to the key (an entry class with its own ``generate_key`` checks that itself)."""
     if not text:
         raise InvalidEntry(key, "the hash has no 'definition' field")
     definition = _load_json(key, "definition", text, load)
@@ -334,7 +383,7 @@ def parse_definition(
         if required not in definition:
             raise InvalidEntry(key, f"definition is missing '{required}'")
     name = _expect(key, "name", definition["name"], (str,), "a string")
-    if prefix + name != key:
+    if prefix is not None and prefix + name != key:
         raise InvalidEntry(key, f"definition name {name!r} belongs to key {prefix + name!r}")
     schedule = definition["schedule"]
     if isinstance(schedule, dict):
@@ -414,6 +463,21 @@ def parse_meta(key: str, text: str | None) -> tuple[datetime | None, int]:
     return last_run_at, count
 
 
+#: Definition keys the constructor gets anyway (or that belong to other hash fields).
+CONSTRUCTOR_FIELDS = frozenset({*Definition._fields, "last_run_at", "total_run_count", "app",
+                                "policy", *POLICY_FIELDS})
+
+
+def _extra_fields(key: str, text: str | None) -> dict[str, Any]:
+    """The top-level keys of a (validated) definition beyond the known ones."""
+    definition = _load_json(key, "definition", text)
+    inner = legacy.unwrap(definition)
+    if inner is not None:
+        definition = _load_json(key, "definition", inner)
+    return {name: value for name, value in definition.items()
+            if name not in CONSTRUCTOR_FIELDS and name.isidentifier()}
+
+
 def decode_entry(
     cls: type[RedBeatSchedulerEntry], app: Celery, key: str, definition_text: str | None,
     meta_text: str | None, cached: bool = False, policy_text: str | None = None,
@@ -423,12 +487,35 @@ def decode_entry(
         policy = EntryPolicy.from_json(policy_text)
     except (ValueError, TypeError) as exc:
         raise InvalidEntry(key, f"policy: {exc}") from exc
-    if cached:
+    own_keys = cls.generate_key is not RedBeatSchedulerEntry.generate_key
+    if cached and not own_keys:
         definition = definition_cache(app).parse(key, definition_text)
     else:
-        definition = parse_definition(key, definition_text, config.key_prefix)
+        definition = parse_definition(key, definition_text,
+                                      None if own_keys else config.key_prefix)
         definition.schedule.app = app
+        if own_keys and cls.generate_key(app, definition.name) != key:
+            raise InvalidEntry(key, f"definition name {definition.name!r} belongs to key "
+                                    f"{cls.generate_key(app, definition.name)!r}")
     last_run_at, count = parse_meta(key, meta_text)
+    if cls.__init__ is not RedBeatSchedulerEntry.__init__:
+        # A subclass with its own constructor gets it called, as 2.4.2's from_key did,
+        # with the definition's other top-level keys (a ``tenant`` it stores) too.
+        known = dict(
+            name=definition.name, task=definition.task, schedule=definition.schedule,
+            args=definition.args, kwargs=definition.kwargs, enabled=definition.enabled,
+            options=definition.options, last_run_at=last_run_at, total_run_count=count,
+            app=app, policy=policy,
+        )
+        extra = _extra_fields(key, definition_text)
+        try:
+            entry = cls(**known, **extra)
+        except TypeError:
+            if not extra:
+                raise
+            entry = cls(**known)  # a constructor that does not take them
+        entry.last_run_at = last_run_at  # type: ignore[assignment]  # None: never ran
+        return entry
     # Built without __init__: the fields are validated already, and this runs for every
     # due entry of every tick.
     entry = cls.__new__(cls)

@@ -249,6 +249,9 @@ def import_entries(app: Celery, document: dict[str, Any], dry_run: bool = False,
         for record in document["entries"]:
             name = str(record["name"])
             key = config.keys.entry(name)
+            if key in config.keys.internal:
+                raise ValueError(f"entry name {name!r} is reserved: its key {key!r} is one of "
+                                 "redbeat's own keys")
             definition = _field_text(record.get(DEFINITION))
             meta = _field_text(record.get(META))
             policy = _field_text(record.get(POLICY))

@@ -42,7 +42,7 @@ from .entry import (
     store_for,
     to_score,
 )
-from .keys import PARKED_SCORE, QUARANTINE, KeyLayout
+from .keys import PARKED_SCORE, QUARANTINE
 from .lock import Holder, Lease
 from .nexttime import next_after
 from .planning import (
@@ -110,7 +110,9 @@ class RedBeatScheduler(Scheduler):
         self._lock_key = self.config.lock_key
         self._lock_timeout = lock_timeout
         if lock_key:
-            self._lock_key = KeyLayout(self.config.key_prefix, lock_key).lock
+            # an argument (or an assignment below) names the key as is, as in 2.4.2;
+            # only the setting gets the prefix prepended
+            self._lock_key = lock_key
         self.leading = False
         self._standby_holder: str | None = None
         self._redis_down = False
@@ -138,7 +140,7 @@ class RedBeatScheduler(Scheduler):
 
     @lock_key.setter
     def lock_key(self, value: str | None) -> None:
-        self._lock_key = KeyLayout(self.config.key_prefix, value).lock if value else None
+        self._lock_key = value or None
         self._new_lease()
 
     @property
@@ -326,7 +328,7 @@ class RedBeatScheduler(Scheduler):
 
     # -- the per-entry path, for subclasses written against celery-redbeat 2.4.2 ----------
 
-    @cached_property
+    @property
     def per_entry(self) -> bool:
         """Whether this scheduler (its class or the instance) or its entry class
         overrides a hook the batched tick does not call; then every due entry goes
@@ -352,7 +354,12 @@ class RedBeatScheduler(Scheduler):
             except InvalidEntry as exc:
                 self._quarantine(row, exc.reason, lease, now)
                 continue
-            wait = self.maybe_due(entry, **self._maybe_due_kwargs)
+            try:
+                wait = self.maybe_due(entry, **self._maybe_due_kwargs)
+            except Exception:
+                # a hook's own bug must not stop beat or the entries after this one
+                logger.exception("beat: Checking %s failed; skipped this tick", entry.name)
+                continue
             if wait:
                 waits.append(wait)
         return 0.0 if len(fetch.rows) >= self.config.batch_size else max(min(waits), 0.0)
