@@ -133,14 +133,23 @@ def _table(rows: list[list[str]], headers: list[str]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def _last_run(entry: RedBeatSchedulerEntry | None) -> datetime | None:
+    """When it last ran; None for an entry that has not run yet, whose ``last_run_at``
+    is only the moment it was created (what its first run counts from)."""
+    if entry is None or not entry.total_run_count:
+        return None
+    return entry.last_run_at
+
+
 def _info_json(info: manage.EntryInfo) -> dict[str, Any]:
     entry = info.entry
+    last_run = _last_run(entry)
     return {
         "name": info.name, "key": info.key, "state": info.state, "static": info.static,
         "task": entry.task if entry else None,
         "schedule": describe(entry.schedule) if entry else None,
         "next_run": info.next_run.isoformat() if info.next_run else None,
-        "last_run": entry.last_run_at.isoformat() if entry and entry.last_run_at else None,
+        "last_run": last_run.isoformat() if last_run else None,
         "runs": entry.total_run_count if entry else None,
         "quarantine": info.quarantine or info.error,
     }
@@ -280,7 +289,7 @@ def list_command(ctx: click.Context, as_json: bool, pattern: str | None,
         rows.append([
             info.name, record["task"] or "?", record["schedule"] or "?",
             _when(info.next_run, app),
-            _when(entry.last_run_at if entry else None, app),
+            _when(_last_run(entry), app),
             str(record["runs"] if record["runs"] is not None else "-"),
             info.state + (" (static)" if info.static else ""),
         ])
