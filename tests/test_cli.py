@@ -176,3 +176,23 @@ def test_add_with_semantics_options(run, redis_server):
     assert (policy.jitter, policy.misfire_grace_time, policy.coalesce) == (30, 60, False)
     assert entry.due_at == datetime(2030, 1, 1, tzinfo=timezone.utc)
     assert RedBeatSchedulerEntry.from_key("redbeat:once", app=app).policy.ttl == 3600
+
+
+def test_list_show_export_survive_a_deeply_nested_and_an_out_of_range_entry(run, redis_server):
+    """One entry nobody can decode must not make a backup impossible or crash `show`."""
+    client = redis_server.client(decode_responses=True)
+    interval = {"__type__": "interval", "every": 5, "relative": False}
+    deep = json.dumps({"name": "deep", "task": "t", "schedule": interval})[:-1] + \
+        ', "args": ' + "[" * 50_000 + "]" * 50_000 + "}"
+    huge = json.dumps({"name": "huge", "task": "t",
+                       "schedule": {**interval, "every": 1e13}})
+    client.hset("redbeat:deep", "definition", deep)
+    client.hset("redbeat:huge", "definition", huge)
+    client.zadd("redbeat::schedule", {"redbeat:deep": 0, "redbeat:huge": 0})
+    for args in (["list"], ["show", "deep"], ["show", "huge"], ["export"]):
+        result = run(*args)
+        assert result.exit_code == 0, (args, result.output)
+    assert "RecursionError" in run("show", "deep").output
+    assert "cannot be computed" in run("show", "huge").output
+    exported = json.loads(run("export").output)
+    assert {record["name"] for record in exported["entries"]} >= {"deep", "huge"}

@@ -322,7 +322,7 @@ def show(ctx: click.Context, name: str, runs: int) -> None:
                 raw = real
             try:
                 click.echo("  " + json.dumps(json.loads(raw), indent=2).replace("\n", "\n  "))
-            except ValueError:
+            except (ValueError, RecursionError):
                 click.echo(f"  {raw}")
     if info.quarantine or info.error:
         click.echo(f"quarantined: {info.quarantine or info.error}")
@@ -332,14 +332,17 @@ def show(ctx: click.Context, name: str, runs: int) -> None:
             click.echo(f"  {record.get('task_id')}  due {record.get('due')}  "
                        f"by {record.get('node')}")
     if info.entry is not None and info.entry.enabled:
-        moment = info.entry.due_at
         click.echo("next runs:")
-        for _ in range(runs):
-            if moment is None:
-                click.echo("  (no more runs)")
-                break
-            click.echo(f"  {_when(moment, app)}")
-            moment = next_after(info.entry.schedule, moment)
+        try:
+            moment = info.entry.due_at
+            for _ in range(runs):
+                if moment is None:
+                    click.echo("  (no more runs)")
+                    break
+                click.echo(f"  {_when(moment, app)}")
+                moment = next_after(info.entry.schedule, moment)
+        except (OverflowError, ValueError) as exc:
+            click.echo(f"  (cannot be computed: {exc})")
 
 
 @main.command()

@@ -333,7 +333,8 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         return f"<RedBeatSchedulerEntry: {self.name} {self.task} {self.schedule!r}>"
 
 
-DECODE_ERRORS = (ValueError, TypeError, KeyError, OverflowError, ParseException)
+#: RecursionError: JSON nested deeper than the interpreter's recursion limit.
+DECODE_ERRORS = (ValueError, TypeError, KeyError, OverflowError, ParseException, RecursionError)
 
 
 def _load_json(

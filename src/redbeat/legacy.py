@@ -247,7 +247,7 @@ def wrap(text: str, name: str | None = None) -> str:
     """``text`` itself when 2.4.2 can read it, else the stub that carries it."""
     try:
         obj = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return stub(text, None, name)
     return text if legacy_readable(obj, name) else stub(text, obj, name)
 
@@ -269,7 +269,7 @@ def real_text(text: str) -> str:
         return text
     try:
         inner = unwrap(json.loads(text))
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
     return text if inner is None else inner
 

@@ -55,7 +55,7 @@ class EntryInfo:
             return None
         try:
             return str(json.loads(raw).get("reason"))
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             return raw
 
     @property
@@ -100,7 +100,7 @@ def read_history(fields: dict[str, str], history_length: int) -> list[dict[str, 
             continue
         try:
             record = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(record, dict):
             records.append(record)
@@ -210,7 +210,7 @@ def export_entries(app: Celery) -> dict[str, Any]:
                 raw = legacy.real_text(raw)  # not the stub celery-redbeat 2.4.2 is shown
             try:
                 record[name] = None if raw is None else json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):
                 record[name] = {"__raw__": raw}  # kept byte for byte, even if broken
         entries.append(record)
     return {"format": "redbeat-export/1", "prefix": ensure_conf(app).key_prefix,
@@ -365,7 +365,7 @@ def status(app: Celery, now: float | None = None, upcoming: int = 5) -> Status:
         if raw:
             try:
                 reason = str(json.loads(raw).get("reason"))
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 reason = raw
             quarantined.append((keys.name_of(key), reason))
     heartbeats = {}
