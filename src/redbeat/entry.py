@@ -273,10 +273,28 @@ class RedBeatSchedulerEntry(ScheduleEntry):
             raise ValueError(f"entry name {self.name!r} is reserved: its key {self.key!r} is "
                              "one of redbeat's own keys")
         self.store.save(
-            self.key, self.definition_json(), meta_json(self.last_run_at), self.score,
+            self.key, self.definition_json(), meta_json(self.last_run_at), self._saved_score(),
             changed_json(changed_by), self.policy.to_json(),
         )
         return self
+
+    def _saved_score(self) -> float:
+        """The score to save with. A stored entry keeps its meta (run history), so its
+        next run follows from the stored ``last_run_at``, not from this object's (now,
+        for an entry built afresh): a re-save must not push the next run late, and
+        re-saving faster than the interval must not starve the entry. A stale read
+        only makes the score early, which the next tick corrects without a send."""
+        score = self.score
+        if score < 0 or type(self).due_at is not RedBeatSchedulerEntry.due_at:
+            return score
+        try:
+            meta = decoder.loads(self.store.load(self.key)[1] or "{}")
+            last_run_at = meta.get("last_run_at") if isinstance(meta, dict) else None
+            if isinstance(last_run_at, datetime) and last_run_at != self.last_run_at:
+                return self.copy(last_run_at=last_run_at).score
+        except DECODE_ERRORS:
+            pass  # an unreadable meta: the tick quarantines or rewrites it
+        return score
 
     def delete(self) -> None:
         self.store.delete(self.key)
