@@ -10,14 +10,22 @@
 -- returns {offset to continue at (0 once the end was reached), members dropped}
 local count = tonumber(ARGV[2])
 local members = redis.call('ZRANGEBYSCORE', KEYS[1], -1, -1, 'LIMIT', ARGV[1], count)
-local dropped = 0
+local dropped, removed = 0, 0
 for _, key in ipairs(members) do
-  if redis.call('EXISTS', key) == 0 then
+  local exists = redis.pcall('EXISTS', key)
+  if type(exists) == 'table' then
+    -- a key this user may not even look at (outside an ACL user's prefix) is no entry
+    -- of this schedule: forget the member, never touch the key (a NOPERM raised here
+    -- would fail every sweep, and with it the leader's every tick)
+    redis.call('ZREM', KEYS[1], key)
+    removed = removed + 1
+  elseif exists == 0 then
     redis.call('ZREM', KEYS[1], key)
     dropped = dropped + 1
+    removed = removed + 1
   end
 end
 if #members < count then
   return {0, dropped}
 end
-return {tonumber(ARGV[1]) + #members - dropped, dropped}
+return {tonumber(ARGV[1]) + #members - removed, dropped}

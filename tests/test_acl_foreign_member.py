@@ -1,0 +1,95 @@
+"""A scheduler whose Redis ACL user may only touch ``redbeat:*`` keys, with schedule members
+it cannot (or must not) read: another application's hash ``otherapp:x`` (due, and parked at
+-1), one outside the prefix whose key does not exist, and members naming the package's own
+keys. Each is logged once and removed from the schedule; the foreign keys are never written
+and none of them may turn into a NOPERM error, a "Redis unavailable" stand-by or a half
+applied run count. The good entries keep running, every claimed slot is sent and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+
+import pytest
+
+from conftest import make_app
+from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
+from support.deployments import acl_server, require_programs
+
+pytestmark = pytest.mark.e2e
+
+SCHEDULE = "redbeat::schedule"
+FOREIGN = {"otherapp:x": 0, "otherapp:parked": -1, "otherapp:missing": 0}
+INTERNAL = {"redbeat::nodes": 0, "redbeat::lock": 0, "redbeat::pending": -1}
+GOOD = {"good-fast": 0.5, "good-1s": 1.0}
+REMOVED_LOG = "is in the schedule but is not a key of this schedule's entries"
+
+
+class Recording(RedBeatScheduler):
+    def __init__(self, *args, **kwargs):
+        self.sent: list[str] = []
+        super().__init__(*args, **kwargs)
+
+    def apply_async(self, entry, producer=None, advance=True, **kwargs):
+        self.sent.append(entry.options["task_id"])
+
+
+def run_for(scheduler: Recording, seconds: float) -> int:
+    ticks, deadline = 0, time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        ticks += 1
+        time.sleep(max(0.0, min(scheduler.tick(), 0.1)))
+    return ticks
+
+
+def test_foreign_and_internal_members_are_removed_untouched_under_an_acl_user(caplog):
+    require_programs("redis-server")
+    caplog.set_level(logging.INFO, logger="celery.beat")
+    with acl_server("redbeat:") as server:
+        admin = server.client()  # the default user: every key
+        admin.hset("otherapp:x", mapping={"definition": "theirs", "meta": "{}"})
+        admin.hset("otherapp:parked", mapping={"definition": "theirs too"})
+        before = {key: admin.dump(key) for key in ("otherapp:x", "otherapp:parked")}
+        app = make_app(server.beat_url)
+        for name, every in GOOD.items():
+            RedBeatSchedulerEntry(name, "tasks.good", every, app=app).save()
+        admin.zadd(SCHEDULE, {**FOREIGN, **INTERNAL})
+        scheduler = Recording(app)
+        try:
+            ticks = run_for(scheduler, 6.0)
+            leading = scheduler.leading
+        finally:
+            scheduler.close()
+        members = set(admin.zrange(SCHEDULE, 0, -1))
+        after = {key: admin.dump(key) for key in before}
+        ttls = {key: admin.ttl(key) for key in before}
+        counts = {name: RedBeatSchedulerEntry.from_key(f"redbeat:{name}", app=app).total_run_count
+                  for name in GOOD}
+        pending = admin.hlen("redbeat::pending")
+        nodes_hash = admin.hgetall("redbeat::nodes")
+
+    log = caplog.text
+    sent = Counter(task_id.rsplit(":", 1)[0] for task_id in set(scheduler.sent))
+    removed = {key: log.count(f"{key} {REMOVED_LOG}") for key in {**FOREIGN, **INTERNAL}}
+    print(f"\nacl: {ticks} ticks, sent {dict(sent)}, run counts {counts}, removal logs {removed}, "
+          f"'Redis unavailable' {log.count('Redis unavailable')}, NOPERM {log.count('NOPERM')}")
+    assert leading
+    assert "Redis unavailable" not in log and "NOPERM" not in log and "Lost the lock" not in log
+    assert len(scheduler.sent) == len(set(scheduler.sent))  # no slot twice
+    for name, every in GOOD.items():
+        assert sent[name] >= 0.7 * 6.0 / every, (name, sent)
+        assert counts[name] == sent[name], (name, counts, sent)  # no claim left half applied
+    assert pending == 0
+    # the due members are read once, logged once and removed; the parked ones never come
+    # up in a tick, but the sweep must not fail on them (nor delete what is not ours)
+    for key, score in {**FOREIGN, **INTERNAL}.items():
+        if score >= 0:
+            assert removed[key] == 1, (key, removed)
+            assert key not in members, members
+    assert "otherapp:parked" not in members  # the sweep forgets what it may not look at
+    assert members >= {f"redbeat:{name}" for name in GOOD}
+    assert after == before  # never written
+    assert ttls == {"otherapp:x": -1, "otherapp:parked": -1}
+    assert "quarantine" not in nodes_hash  # an internal hash is not treated as an entry
