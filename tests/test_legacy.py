@@ -22,7 +22,7 @@ from redbeat.manage import export_entries, import_entries
 from redbeat.planning import Claim, pending_message, read_pending
 from redbeat.schedules import clocked, rrule
 from redbeat.schedules import crontab as zoned_crontab
-from redbeat.store import Row
+from redbeat.store import Row, definition_sha1
 from support.reference import needs_reference, run_reference
 
 HAVE_EPHEM = importlib.util.find_spec("ephem") is not None
@@ -230,7 +230,7 @@ def test_pending_message_of_a_stub_publishes_the_real_entry(fake_app):
     now = datetime.now(timezone.utc)
     row = Row(entry.key, 0.0, text, None, None)
     message = pending_message(row, Claim("job:1", entry, now), now, "node", reason="test")
-    pending = read_pending(fake_app, message)
+    pending = read_pending(fake_app, message, held={definition_sha1(text): text})
     assert pending.entry.schedule == entry.schedule and pending.entry.args == [7]
 
 

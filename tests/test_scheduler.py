@@ -477,7 +477,7 @@ def test_a_pending_message_holds_the_claimed_definition_byte_for_byte(app):
     """commit.lua writes the message; the definition has quotes, slashes, escapes and
     text beyond ASCII, all of which must come back exactly."""
     from redbeat.planning import Claim, pending_message, read_pending
-    from redbeat.store import Row
+    from redbeat.store import Row, definition_sha1
 
     entry = RedBeatSchedulerEntry("café/\"x\"", "tasks.x", 10.0, app=app,
                                   args=["naïve ☃", "tab\there", "\u2028"], last_run_at=at(-10))
@@ -489,14 +489,17 @@ def test_a_pending_message_holds_the_claimed_definition_byte_for_byte(app):
     task_id = f"{entry.name}:{round(T0 * 1000)}"
     assert list(pending) == [task_id]
     message = json.loads(pending[task_id])
-    assert message == {"key": entry.key, "definition": get_redis(app).hget(entry.key,
-                                                                           "definition"),
+    definition = get_redis(app).hget(entry.key, "definition")
+    sha = definition_sha1(definition)
+    assert message == {"key": entry.key, "definition_sha1": sha,
                        "due": T0, "claimed_at": T0, "node": scheduler.node_id,
                        "reason": "scheduled"}
-    resent = read_pending(app, pending[task_id])
+    # the definition is held once, byte for byte, under the name the message gives it
+    held = get_redis(app).hgetall(app.redbeat_conf.keys.held_definitions)
+    assert held == {sha: definition, f"{sha}:refs": "1"}
+    resent = read_pending(app, pending[task_id], held=held)
     assert resent.entry.args == entry.args and resent.due == at(0)
     # the Python producer (run-now's) writes the same message for the same slot
-    definition = get_redis(app).hget(entry.key, "definition")
     python_made = pending_message(Row(entry.key, T0, definition, None),
                                   Claim(task_id, resent.entry, at(0)), at(0), scheduler.node_id)
     assert json.loads(python_made) == message

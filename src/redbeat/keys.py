@@ -56,6 +56,14 @@ class KeyLayout:
         return f"{self.prefix}:pending"
 
     @property
+    def held_definitions(self) -> str:
+        """Hash of the definitions pending slots were claimed from, one copy per distinct
+        text: ``<sha1 of the text>`` -> text, and ``<sha1>:refs`` -> how many pending
+        records name it. A slot held through a broker outage names its definition instead
+        of copying it, so a large entry held for many slots costs Redis one copy."""
+        return f"{self.prefix}:held-definitions"
+
+    @property
     def nodes(self) -> str:
         """Hash of scheduler heartbeats: node id -> "<role> <epoch seconds>"."""
         return f"{self.prefix}:nodes"
@@ -72,7 +80,8 @@ class KeyLayout:
     def internal(self) -> frozenset[str]:
         """The package's own keys: no entry may be named so that its key is one of them
         (an entry ``:lock`` would turn the lock into a hash no node can ever take)."""
-        return frozenset({self.schedule, self.statics, self.pending, self.nodes, self.lock})
+        return frozenset({self.schedule, self.statics, self.pending, self.held_definitions,
+                          self.nodes, self.lock})
 
     def is_entry_key(self, key: str) -> bool:
         """Whether ``key`` can hold an entry of this schedule: under the prefix and not

@@ -180,18 +180,20 @@ def run_now(app: Celery, name: str) -> str:
     """Have the leader publish the entry at its next tick, without touching its schedule.
 
     The run is queued as a pending slot (id ``<name>:run-now:<ms>``), which the leader
-    publishes and confirms like any claimed slot. Returns the task id."""
-    config = ensure_conf(app)
+    publishes and confirms like any claimed slot: held as commit.lua holds a claimed
+    slot (the record names the definition, kept once in the held definitions hash), so
+    confirming it releases the definition the same way. Returns the task id."""
     store = store_for(app)
     info = get_entry(app, name)
     if info.entry is None:
         raise InvalidEntry(info.key, info.error or "unreadable")
     now = datetime.now(timezone.utc)
     task_id = f"{name}:run-now:{round(now.timestamp() * 1000)}"
-    row = Row(info.key, 0.0, info.fields[DEFINITION], info.fields.get(META), None)
+    definition = info.fields[DEFINITION]
+    row = Row(info.key, 0.0, definition, info.fields.get(META), None)
     message = pending_message(row, Claim(task_id, info.entry, now), now, node_name(),
                               reason="run-now")
-    store.policy.call(lambda: store.client.hset(config.keys.pending, task_id, message))
+    store.hold(task_id, message, definition)
     return task_id
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -39,7 +40,7 @@ from .keys import META, MISFIRES, PARKED_SCORE, QUARANTINE, KeyLayout, history_f
 from .nexttime import first_due, next_after
 from .policy import EntryPolicy, misfire_record
 from .settings import ensure_conf
-from .store import Op, Row
+from .store import Op, Row, definition_sha1
 
 logger = logging.getLogger("celery.beat")
 
@@ -93,14 +94,17 @@ class Policy:
 def pending_message(row: Row, claim: Claim, now: datetime, node: str,
                     reason: str = "scheduled") -> str:
     """What a later tick (or the next leader) needs to publish the slot again: the
-    definition as it was claimed (raw, so re-sending decodes it exactly as the first
-    send did) and the slot's due time. ``reason`` is "scheduled", or "run-now" for a
-    run an operator asked for (the leader publishes pending messages on its next tick).
-    commit.lua writes the messages of scheduled slots in this same shape, from the
-    definition it fenced the claim with; :func:`read_pending` reads both."""
+    definition as it was claimed, named by its sha1 (the text is held once in the held
+    definitions hash, however many slots name it: copying a large definition into every
+    held slot filled Redis during a broker outage), and the slot's due time. ``reason``
+    is "scheduled", or "run-now" for a run an operator asked for (the leader publishes
+    pending messages on its next tick). commit.lua writes the messages of scheduled
+    slots in this same shape, from the definition it fenced the claim with;
+    :func:`read_pending` reads both, and the older shape with the definition inside."""
     return json.dumps({
-        "key": row.key, "definition": row.definition, "due": claim.due.timestamp(),
-        "claimed_at": now.timestamp(), "node": node, "reason": reason,
+        "key": row.key, "definition_sha1": definition_sha1(row.definition or ""),
+        "due": claim.due.timestamp(), "claimed_at": now.timestamp(), "node": node,
+        "reason": reason,
     })
 
 
@@ -235,9 +239,44 @@ class PendingMessage:
 
 
 def read_pending(
-    app: Celery, message: str, entry_class: type[RedBeatSchedulerEntry] = RedBeatSchedulerEntry
+    app: Celery, message: str, entry_class: type[RedBeatSchedulerEntry] = RedBeatSchedulerEntry,
+    held: Mapping[str, str] | None = None,
 ) -> PendingMessage:
-    """The entry to publish from a pending message, the slot's due time and why."""
+    """The entry to publish from a pending message, the slot's due time and why.
+
+    The definition is the one the slot was claimed from: looked up in ``held`` (sha1 ->
+    text, from the held definitions hash) by the name the message gives it, or, in a
+    record written before definitions were held once, inside the message itself. A
+    record whose held definition is gone (removed by hand) cannot be sent as claimed:
+    KeyError, and the caller drops it like any unreadable record."""
     fields = json.loads(message)
-    entry = entry_class.decode(app, fields["key"], fields["definition"], None)
+    if "definition" in fields:
+        definition = fields["definition"]
+    else:
+        sha = fields["definition_sha1"]
+        if held is None or sha not in held:
+            raise KeyError(f"held definition {sha} is gone")
+        definition = held[sha]
+    entry = entry_class.decode(app, fields["key"], definition, None)
     return PendingMessage(entry, from_score(fields["due"]), fields.get("reason", "scheduled"))
+
+
+def held_grace(message: PendingMessage, policy_text: str | None, default: float | None,
+               now: datetime) -> float | None:
+    """The misfire grace (seconds) a held slot is past at ``now``, or None when it may
+    still be sent.
+
+    The slot is judged by the grace of its entry's policy as it is at the re-send (or
+    ``redbeat_misfire_grace_time`` when it has none, or is gone): the slot is sent as
+    claimed, but how late is too late is the operator's current rule. Its jitter delay
+    counts as for a slot claimed now. A run asked for with run-now is never too late:
+    its "due" is the moment it was asked for, not a slot of the schedule."""
+    if message.reason == "run-now":
+        return None
+    try:
+        rules = EntryPolicy.from_json(policy_text)
+    except Exception:  # whatever the field holds: it quarantines the entry, not its slots
+        rules = EntryPolicy()
+    rules = rules.with_default_grace(default)
+    send_at = message.due + rules.delay(message.entry.name, message.due)
+    return rules.misfire_grace_time if rules.too_late(send_at, now) else None

@@ -47,8 +47,10 @@ from .lock import Holder, Lease
 from .nexttime import next_after
 from .planning import (
     Claim,
+    PendingMessage,
     Plan,
     Policy,
+    held_grace,
     plan_batch,
     printable,
     quarantine_reason,
@@ -297,9 +299,9 @@ class RedBeatScheduler(Scheduler):
             self._become_leader(now)
             if fetch.status == "acquired":
                 return 0.0
-        confirmed = self._publish_pending(fetch.pending)
+        confirmed, misfires = self._publish_pending(fetch, now)
         if self.per_entry:
-            self.store.confirm(confirmed)
+            self.store.confirm(confirmed, misfires)
             return self._tick_per_entry(fetch, lease, now)
         policy = Policy(
             node=self.node_id,
@@ -317,9 +319,11 @@ class RedBeatScheduler(Scheduler):
                 # nothing is sent; the next tick reads the new version
                 claims = [claim for claim in claims if claim.entry.key not in skipped]
         sent, lost = self._publish(claims, lease)
-        confirmed.extend(sent)
         if policy.at_least_once:
-            self.store.confirm(confirmed)
+            confirmed.extend(sent)
+        # held records done with are confirmed in either mode (at-most-once holds none of
+        # its own claims, but a run-now record would otherwise be re-sent every tick)
+        self.store.confirm(confirmed, misfires)
         if lost:
             raise LockLost(None)
         if now_ts >= self._sweep_at:
@@ -469,27 +473,56 @@ class RedBeatScheduler(Scheduler):
             sent.append(claim.task_id)
         return sent, False
 
-    def _publish_pending(self, pending: dict[str, str]) -> list[str]:
-        done = []
-        for task_id, message in pending.items():
+    def _publish_pending(
+        self, fetch: Fetch, now: datetime
+    ) -> tuple[list[str], list[tuple[str, int, str]]]:
+        """Publish this batch of held slots, oldest due first: the hash returns them in
+        no order, and a backlog released after a broker outage must reach the workers in
+        the order it was due. A slot past its misfire grace is dropped instead (one log
+        line; counted in its entry's misfires by confirm.lua), also while the broker is
+        down, so an outage does not pile up slots that will never be sent.
+
+        Returns the task ids done with (sent or dropped) and the misfires to count:
+        (entry key, how many, the last one's due time as ISO 8601)."""
+        done: list[str] = []
+        held: list[tuple[str, PendingMessage]] = []
+        for task_id, message in fetch.pending.items():
             try:
-                pending_message = read_pending(self.app, message, self.Entry)
+                held.append((task_id, read_pending(self.app, message, self.Entry, fetch.held)))
             except Exception as exc:
                 # whatever a record holds (a due of 1e300, nesting past the recursion
-                # limit, a bad definition), it must not stop the node: drop it, log it
+                # limit, a bad definition, a held definition removed by hand), it must
+                # not stop the node: drop it, log it
                 logger.error("beat: Dropping unreadable pending slot %s: %s", printable(task_id),
                              printable(repr(exc)[:300]))
                 done.append(task_id)
+        held.sort(key=lambda item: (item[1].due, item[0]))
+        late: dict[str, tuple[int, datetime]] = {}
+        broker_down = False
+        for task_id, slot in held:
+            key = slot.entry.key
+            grace = held_grace(slot, fetch.policies.get(key), self.config.misfire_grace_time,
+                               now)
+            if grace is not None:
+                logger.warning("beat: Dropping held slot %s: %.3f s late, past its misfire "
+                               "grace time of %g s", printable(task_id),
+                               (now - slot.due).total_seconds(), grace)
+                done.append(task_id)
+                if self.config.keys.is_entry_key(key):
+                    late[key] = (late.get(key, (0, slot.due))[0] + 1, slot.due)
                 continue
-            if pending_message.reason == "run-now":
-                logger.info("beat: Sending %s now, as asked (%s)", task_id, pending_message.reason)
+            if broker_down:
+                continue  # stays held; only the late ones are still dropped
+            if slot.reason == "run-now":
+                logger.info("beat: Sending %s now, as asked (%s)", task_id, slot.reason)
             else:
                 logger.warning("beat: Re-sending slot %s (claimed, publish not confirmed)",
                                task_id)
-            if self._try_send(pending_message.entry, task_id) is BROKER_DOWN:
-                break
+            if self._try_send(slot.entry, task_id) is BROKER_DOWN:
+                broker_down = True
+                continue
             done.append(task_id)
-        return done
+        return done, [(key, count, last.isoformat()) for key, (count, last) in late.items()]
 
     @cached_property
     def _broker_errors(self) -> tuple[type[BaseException], ...]:

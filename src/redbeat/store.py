@@ -32,6 +32,12 @@ def fingerprint(definition: str | None, meta: str | None) -> str:
     return hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
+def definition_sha1(definition: str) -> str:
+    """The name a pending record gives the definition it was claimed from (commit.lua's
+    ``redis.sha1hex`` of the same bytes): held slots share one stored copy per text."""
+    return hashlib.sha1(definition.encode("utf-8", "surrogateescape")).hexdigest()
+
+
 class Row(NamedTuple):
     """One due entry as tick.lua read it: raw text, decoded later. (A tuple: a tick
     builds a thousand of them.)"""
@@ -56,6 +62,10 @@ class Fetch:
     next_score: float | None = None
     pending: dict[str, str] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
+    #: The definitions the pending records name (sha1 -> text), and the policy field of
+    #: each entry they are slots of (key -> policy, None when it has none or is gone).
+    held: dict[str, str] = field(default_factory=dict)
+    policies: dict[str, str | None] = field(default_factory=dict)
 
 
 class Op(NamedTuple):
@@ -118,7 +128,7 @@ class ScheduleStore:
         self.policy = policy or RetryPolicy()
         self._scripts = {
             name: client.register_script(load_script(name))
-            for name in ("tick", "commit", "confirm", "read_statics", "sync_statics",
+            for name in ("tick", "commit", "confirm", "hold", "read_statics", "sync_statics",
                          "release", "extend", "sweep")
         }
 
@@ -182,7 +192,8 @@ class ScheduleStore:
         lock_key, token, timeout_ms = self._lease_args(lease)
         reply = self._run(
             "tick",
-            [self.keys.schedule, lock_key, self.keys.pending, self.keys.nodes],
+            [self.keys.schedule, lock_key, self.keys.pending, self.keys.nodes,
+             self.keys.held_definitions],
             [repr(now), batch, token, timeout_ms, node_id],
         )
         status = reply[0]
@@ -195,7 +206,10 @@ class ScheduleStore:
         pending = dict(zip(flat_pending[0::2], flat_pending[1::2], strict=True))
         rows = [Row(key, float(score), *fields)
                 for key, score, *fields in json.loads(reply[3]) or ()]
-        return Fetch(status, next_score=next_score, pending=pending, rows=rows)
+        flat_held, flat_policies = reply[4], reply[5]
+        return Fetch(status, next_score=next_score, pending=pending, rows=rows,
+                     held=dict(zip(flat_held[0::2], flat_held[1::2], strict=True)),
+                     policies=dict(zip(flat_policies[0::2], flat_policies[1::2], strict=True)))
 
     def commit(self, ops: Sequence[Op], lease: Lease | None, node: str,
                claimed_at: float) -> set[str]:
@@ -206,17 +220,29 @@ class ScheduleStore:
         # the bytes it was read as, which cjson passes through unchanged
         operations = json.dumps([op.as_json() for op in ops], ensure_ascii=False)
         lock_key, token, timeout_ms = self._lease_args(lease)
-        reply = self._run("commit", [self.keys.schedule, lock_key, self.keys.pending],
+        reply = self._run("commit", [self.keys.schedule, lock_key, self.keys.pending,
+                                     self.keys.held_definitions],
                           [token, timeout_ms, repr(claimed_at), node, operations])
         if reply[0] == "lost":
             raise LockLost(reply[1])
         return set(reply[2])
 
-    def confirm(self, task_ids: Iterable[str]) -> None:
-        """Forget pending slots whose publish the broker accepted."""
+    def confirm(self, task_ids: Iterable[str],
+                misfires: Sequence[tuple[str, int, str]] = ()) -> None:
+        """Forget pending slots whose publish the broker accepted (or that were dropped),
+        releasing the held definitions they named; ``misfires`` (entry key, how many,
+        last skipped as ISO 8601) counts held slots dropped past their misfire grace."""
         ids = list(task_ids)
-        if ids:
-            self._run("confirm", [self.keys.pending], [json.dumps(ids, ensure_ascii=False)])
+        if ids or misfires:
+            self._run("confirm", [self.keys.pending, self.keys.held_definitions],
+                      [json.dumps(ids, ensure_ascii=False),
+                       json.dumps([list(miss) for miss in misfires], ensure_ascii=False)])
+
+    def hold(self, task_id: str, message: str, definition: str) -> bool:
+        """Hold one slot outside a tick (run-now) as commit.lua holds claimed ones;
+        False when that task id was already pending."""
+        return bool(self._run("hold", [self.keys.pending, self.keys.held_definitions],
+                              [task_id, message, definition_sha1(definition), definition]))
 
     def sweep_parked(self, offset: int, count: int) -> tuple[int, int]:
         """Drop up to ``count`` parked members whose hash expired, from ``offset`` on;

@@ -6,6 +6,8 @@
 -- KEYS[1] - schedule sorted set
 -- KEYS[2] - lock key
 -- KEYS[3] - pending hash
+-- KEYS[4] - held definitions hash (sha1 of a definition -> its text, and
+--           '<sha1>:refs' -> how many pending records name it)
 -- ARGV[1] - lock token of this node; '' when locking is disabled
 -- ARGV[2] - lock timeout, milliseconds
 -- ARGV[3] - claimed at, epoch seconds, and ARGV[4] - this node's name: both go into
@@ -18,10 +20,13 @@
 --
 -- Operation kinds:
 --   'update'     if unchanged: write the fields (new meta, history records, misfires),
---                record the slots as pending (each message holds
---                the definition the slot was claimed from, kept until its publish is
---                confirmed), clear an earlier quarantine, set the score, and EXPIRE the
---                hash when expire_seconds > 0 (a finished entry with a time-to-live)
+--                record the slots as pending (each message names, by its sha1, the
+--                definition the slot was claimed from; the text itself is kept once in
+--                the held definitions hash, counted per record, until the last record
+--                naming it is confirmed), clear an earlier quarantine, set the score, and
+--                EXPIRE the hash when expire_seconds > 0 (a finished entry with a
+--                time-to-live). A slot whose task id is already pending keeps its first
+--                record: it is the same slot, already held as claimed
 --   'quarantine' if unchanged, or if the hash has no definition to fingerprint: write
 --                the fields (the reason) and set the score (the parked -1)
 --   'drop'       the member names no hash (the key is gone or holds another type):
@@ -48,6 +53,8 @@ local message_tail = ', "claimed_at": ' .. ARGV[3] .. ', "node": ' .. cjson.enco
 -- chunks, to stay below Lua's unpack limit): per-entry calls are most of this script's
 -- cost when a thousand entries are due at once.
 local scores, pending = {}, {}
+-- the slots to hold: task ids, their messages, the sha1 of the definition each names
+local ids, messages, shas, texts = {}, {}, {}, {}
 local function flush(command, key, args)
   for first = 1, #args, 2000 do
     redis.call(command, key, unpack(args, first, math.min(first + 1999, #args)))
@@ -81,11 +88,14 @@ for _, op in ipairs(cjson.decode(ARGV[5])) do
       write_fields(key, fields)
       if kind == 'update' then
         if #slots > 0 then
-          local message_head = '{"key": ' .. cjson.encode(key) .. ', "definition": ' ..
-            cjson.encode(current[1]) .. ', "due": '
+          local sha = redis.sha1hex(current[1])
+          texts[sha] = current[1]
+          local message_head = '{"key": ' .. cjson.encode(key) .. ', "definition_sha1": "' ..
+            sha .. '", "due": '
           for s = 1, #slots, 2 do
-            pending[#pending + 1] = slots[s]
-            pending[#pending + 1] = message_head .. slots[s + 1] .. message_tail
+            ids[#ids + 1] = slots[s]
+            messages[#messages + 1] = message_head .. slots[s + 1] .. message_tail
+            shas[#shas + 1] = sha
           end
         end
         if current[3] then
@@ -104,5 +114,27 @@ for _, op in ipairs(cjson.decode(ARGV[5])) do
   end
 end
 flush('ZADD', KEYS[1], scores)
+
+-- Hold each new slot: its record, and one more reference to its definition (stored
+-- once per distinct text, whatever the number of slots naming it).
+local refs, seen = {}, {}
+for first = 1, #ids, 2000 do
+  local last = math.min(first + 1999, #ids)
+  local existing = redis.call('HMGET', KEYS[3], unpack(ids, first, last))
+  for i = first, last do
+    if not existing[i - first + 1] and not seen[ids[i]] then
+      seen[ids[i]] = true
+      pending[#pending + 1] = ids[i]
+      pending[#pending + 1] = messages[i]
+      refs[shas[i]] = (refs[shas[i]] or 0) + 1
+    end
+  end
+end
+-- (HGET and HSET, not HINCRBY: the commands an ACL user of docs/deployments.md has)
+for sha, count in pairs(refs) do
+  redis.call('HSETNX', KEYS[4], sha, texts[sha])
+  local held = tonumber(redis.call('HGET', KEYS[4], sha .. ':refs')) or 0
+  redis.call('HSET', KEYS[4], sha .. ':refs', held + count)
+end
 flush('HSET', KEYS[3], pending)
 return {'ok', applied, skipped}

@@ -1,11 +1,67 @@
--- Forget pending slots whose publish the broker accepted.
+-- Forget pending slots whose publish the broker accepted (or that were dropped: an
+-- unreadable record, a slot past its misfire grace), release the held definitions they
+-- named, and count the dropped late slots in their entries' misfires.
+--
 -- KEYS[1] - pending hash
+-- KEYS[2] - held definitions hash (sha1 -> definition text, '<sha1>:refs' -> count)
 -- ARGV[1] - the task ids, one JSON array (a thousand ids cost the client far more to
 --           send as separate arguments than as one)
+-- ARGV[2] - held slots dropped past their misfire grace, one JSON array of
+--           [entry key, how many, last skipped (ISO 8601 UTC)]; optional
+--
 -- returns the number of slots forgotten
 local ids = cjson.decode(ARGV[1])
 local forgotten = 0
+local released = {}
 for first = 1, #ids, 2000 do
-  forgotten = forgotten + redis.call('HDEL', KEYS[1], unpack(ids, first, math.min(first + 1999, #ids)))
+  local last = math.min(first + 1999, #ids)
+  -- the records name their definition as '"definition_sha1": "<hex>"' (commit.lua and
+  -- manage.py write it so); a record without one (the old format, with the definition
+  -- inside, or a hand-written one) holds no reference
+  local messages = redis.call('HMGET', KEYS[1], unpack(ids, first, last))
+  for i = 1, last - first + 1 do
+    local sha = messages[i] and string.match(messages[i], '"definition_sha1": "(%x+)"')
+    if sha then
+      released[sha] = (released[sha] or 0) + 1
+    end
+  end
+  forgotten = forgotten + redis.call('HDEL', KEYS[1], unpack(ids, first, last))
+end
+-- (HGET and HSET, not HINCRBY: the commands an ACL user of docs/deployments.md has)
+for sha, count in pairs(released) do
+  local left = (tonumber(redis.call('HGET', KEYS[2], sha .. ':refs')) or 0) - count
+  if left <= 0 then
+    redis.call('HDEL', KEYS[2], sha, sha .. ':refs')
+  else
+    redis.call('HSET', KEYS[2], sha .. ':refs', left)
+  end
+end
+-- No record left, so no reference: whatever a record removed by hand left counted goes.
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[2])
+end
+
+-- Misfires are counted here, after commit.lua in the same tick, so the misfires it just
+-- wrote (computed from the tick's read) are added to, not overwritten. An entry deleted
+-- since its slot was claimed has no hash to count in: none is created for it.
+for _, miss in ipairs(cjson.decode(ARGV[2] or '[]')) do
+  local key, count, skipped_at = miss[1], miss[2], miss[3]
+  if redis.call('TYPE', key).ok == 'hash' then
+    local ok, record = pcall(cjson.decode, redis.call('HGET', key, 'misfires') or '{}')
+    if not ok or type(record) ~= 'table' then
+      record = {}
+    end
+    record.skipped = (tonumber(record.skipped) or 0) + count
+    -- ISO 8601 texts in UTC compare as their times do: keep the latest
+    if type(record.last_skipped) ~= 'string' or record.last_skipped < skipped_at then
+      record.last_skipped = skipped_at
+    end
+    local encoded
+    ok, encoded = pcall(cjson.encode, record)
+    if not ok then
+      encoded = cjson.encode({skipped = record.skipped, last_skipped = record.last_skipped})
+    end
+    redis.call('HSET', key, 'misfires', encoded)
+  end
 end
 return forgotten

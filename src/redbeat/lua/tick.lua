@@ -12,11 +12,16 @@
 -- KEYS[4] - nodes hash (node id -> "<role> <epoch seconds>"), the heartbeat that
 --           `redbeat check`/`status` read
 -- ARGV[5] - this node's id in the nodes hash
+-- KEYS[5] - held definitions hash (sha1 -> the definition text pending records name)
 --
 -- returns {'standby', holder, pttl} when another node holds the lock;
 --         {'acquired'} when this call just took the lock (nothing read yet);
---         {'leader', next_score|false, pending, rows} otherwise, where
---           pending = {task_id, message, ...} and
+--         {'leader', next_score|false, pending, rows, held, policies} otherwise, where
+--           pending = {task_id, message, ...} (at most about batch size of them, in
+--           hash order: the client orders them by due time),
+--           held = {sha1, definition, ...}, each definition those records name, once,
+--           policies = {key, policy|false, ...}, the policy field of each entry those
+--           records are slots of (the misfire grace a re-send must honour), and
 --           rows = one JSON text: [[key, score, definition|null, meta|null,
 --                  policy|null, misfires|null], ...], the score a decimal string
 --                  (cjson would round a number to 14 digits)
@@ -49,9 +54,31 @@ for i = 1, #due, 2 do
                      fields[2] or cjson.null, fields[3] or cjson.null, fields[4] or cjson.null}
 end
 
-local pending = {}
+local pending, held, policies = {}, {}, {}
 if redis.call('EXISTS', KEYS[3]) == 1 then
   pending = redis.call('HSCAN', KEYS[3], 0, 'COUNT', ARGV[2])[2]
+  local shas, keys = {}, {}
+  for i = 2, #pending, 2 do
+    -- whatever a record holds must not fail the tick: a record that cannot be read is
+    -- returned as is, and the client drops it
+    local sha = string.match(pending[i], '"definition_sha1": "(%x+)"')
+    if sha and not shas[sha] then
+      shas[sha] = true
+      local text = redis.call('HGET', KEYS[5], sha)
+      if text then
+        held[#held + 1] = sha
+        held[#held + 1] = text
+      end
+    end
+    local ok, message = pcall(cjson.decode, pending[i])
+    local key = ok and type(message) == 'table' and message.key
+    if type(key) == 'string' and not keys[key] then
+      keys[key] = true
+      local policy = redis.pcall('HGET', key, 'policy')
+      policies[#policies + 1] = key
+      policies[#policies + 1] = type(policy) == 'string' and policy or false
+    end
+  end
 end
 
 local upcoming = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -60,4 +87,4 @@ if #upcoming > 0 then
   next_score = upcoming[2]
 end
 -- cjson writes an empty table as {}: the client reads that as no rows
-return {'leader', next_score, pending, cjson.encode(rows)}
+return {'leader', next_score, pending, cjson.encode(rows), held, policies}

@@ -1,0 +1,346 @@
+"""Held slots (pending records kept through a broker outage): one stored copy per distinct
+definition, the misfire grace honoured at the re-send, re-sends in due order, records
+of the older format (definition inside) still re-sent, and slots of an entry edited or
+deleted meanwhile re-sent as claimed. Real redis-server for the schedule, a real Redis
+broker that goes away and comes back, real Celery publishing, an injected clock."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+
+import pytest
+from celery import Celery
+
+from conftest import make_app
+from redbeat import RedBeatScheduler, RedBeatSchedulerEntry, manage
+from redbeat.schedulers import get_redis
+from redbeat.store import definition_sha1
+from support.redis_server import RedisServer
+from test_scheduler import T0, Clock, Recording, at
+
+PENDING, HELD = "redbeat::pending", "redbeat::held-definitions"
+
+
+def slot_id(name: str, offset: float) -> str:
+    return f"{name}:{round((T0 + offset) * 1000)}"
+
+
+def published(broker: RedisServer) -> list[tuple[str, list]]:
+    """(task id, args) of each message in the broker's default queue, in publish order
+    (kombu's Redis transport LPUSHes, so the list holds the newest first)."""
+    messages = []
+    for raw in reversed(broker.client().lrange("celery", 0, -1)):
+        message = json.loads(raw)
+        args, _, _ = json.loads(base64.b64decode(message["body"]))
+        messages.append((message["headers"]["id"], args))
+    return messages
+
+
+def hstrlen_sum(client, key: str) -> int:
+    return sum(client.hstrlen(key, name) for name in client.hkeys(key))
+
+
+@contextmanager
+def outage(redis_server: RedisServer, **conf: object) -> Iterator[tuple[Celery, RedisServer]]:
+    """An app on the schedule's Redis whose broker (a real Redis) is running; the test
+    stops and starts it."""
+    with RedisServer() as broker:
+        app = make_app(redis_server.url, broker_url=broker.url, task_publish_retry=False,
+                       broker_connection_timeout=1, **conf)
+        yield app, broker
+
+
+def scheduler_for(app: Celery, clock: Clock) -> RedBeatScheduler:
+    scheduler = RedBeatScheduler(app, clock=clock)
+    assert scheduler.producer is not None  # connected while the broker is up, as in beat
+    return scheduler
+
+
+def tick_each_second(scheduler: RedBeatScheduler, clock: Clock, start: int, stop: int) -> None:
+    for second in range(start, stop):
+        clock.now = T0 + second
+        scheduler.tick()
+
+
+def test_a_large_entry_held_for_many_slots_stores_one_copy_of_its_definition(redis_server):
+    big = "x" * 1_000_000
+    clock = Clock()
+    with outage(redis_server) as (app, broker):
+        RedBeatSchedulerEntry("big", "tasks.big", 1.0, args=[big], app=app,
+                              last_run_at=at(-1)).save()
+        scheduler = scheduler_for(app, clock)
+        client = get_redis(app)
+        definition = client.hget("redbeat:big", "definition")
+        broker.stop()
+        clock.now = T0 - 1
+        scheduler.tick()  # takes the lock
+        tick_each_second(scheduler, clock, 0, 20)
+        held = client.hlen(PENDING)
+        pending_bytes, held_bytes = hstrlen_sum(client, PENDING), hstrlen_sum(client, HELD)
+        memory = client.memory_usage(PENDING) + client.memory_usage(HELD)
+        # what the same records cost in the older format, one definition copy in each
+        old = {task_id: json.dumps({**json.loads(message), "definition": definition})
+               for task_id, message in client.hgetall(PENDING).items()}
+        client.hset("other:pending", mapping=old)
+        old_bytes, old_memory = hstrlen_sum(client, "other:pending"), \
+            client.memory_usage("other:pending")
+        client.delete("other:pending")
+        print(f"\n{held} held slots of a {len(definition)}-byte definition: pending records "
+              f"{pending_bytes} B + held definitions {held_bytes} B (MEMORY USAGE "
+              f"{memory} B); a copy in every record (the older format): {old_bytes} B "
+              f"(MEMORY USAGE {old_memory} B)")
+        assert held == 20
+        assert pending_bytes < 10_000  # about 200 bytes a record
+        assert len(definition) <= held_bytes < len(definition) + 1000  # one copy
+        assert memory < 1.2 * len(definition) < old_memory / 15
+        assert client.hget(HELD, f"{definition_sha1(definition)}:refs") == "20"
+
+        broker.start()
+        scheduler.tick()  # at T0 + 19: no grace configured, every held slot is sent
+        sent = published(broker)
+        assert [task_id for task_id, _ in sent] == [slot_id("big", s) for s in range(20)]
+        assert all(args == [big] for _, args in sent)
+        assert client.hlen(PENDING) == 0 and not client.exists(HELD)  # released
+        scheduler.close()
+
+
+def test_held_slots_past_the_grace_are_dropped_and_counted_others_resent_in_due_order(
+        redis_server, caplog):
+    clock = Clock()
+    with outage(redis_server, redbeat_misfire_grace_time=5) as (app, broker):
+        RedBeatSchedulerEntry("strict", "tasks.strict", 1.0, misfire_grace_time=2, app=app,
+                              last_run_at=at(-1)).save()
+        RedBeatSchedulerEntry("lenient", "tasks.lenient", 2.0, misfire_grace_time=1000,
+                              app=app, last_run_at=at(-2)).save()
+        RedBeatSchedulerEntry("default", "tasks.default", 3.0, app=app,  # the 5 s default
+                              last_run_at=at(-3)).save()
+        scheduler = scheduler_for(app, clock)
+        client = get_redis(app)
+        broker.stop()
+        clock.now = T0 - 1
+        scheduler.tick()  # takes the lock
+        tick_each_second(scheduler, clock, 0, 10)
+        # past their grace, slots are dropped even while the broker is down: strict's
+        # 0..6 and default's 0 and 3, so only what may still be sent stays held
+        assert sorted(client.hkeys(PENDING)) == sorted(
+            [slot_id("strict", s) for s in (7, 8, 9)] +
+            [slot_id("lenient", s) for s in (0, 2, 4, 6, 8)] +
+            [slot_id("default", s) for s in (6, 9)])
+
+        broker.start()
+        caplog.clear()
+        clock.now = T0 + 10
+        scheduler.tick()
+        sent = [task_id for task_id, _ in published(broker)]
+        held = [slot_id("lenient", 0), slot_id("lenient", 2), slot_id("lenient", 4),
+                slot_id("default", 6), slot_id("lenient", 6), slot_id("lenient", 8),
+                slot_id("strict", 8), slot_id("default", 9), slot_id("strict", 9)]
+        assert sent[:len(held)] == held  # due order, original ids
+        assert sorted(sent[len(held):]) == [slot_id("lenient", 10), slot_id("strict", 10)]
+        dues = [int(task_id.rsplit(":", 1)[1]) for task_id in sent]
+        assert dues == sorted(dues)
+        assert client.hlen(PENDING) == 0 and not client.exists(HELD)
+
+        dropped = [r.getMessage() for r in caplog.records if "Dropping held slot" in r.getMessage()]
+        assert dropped == [f"beat: Dropping held slot {slot_id('strict', 7)}: 3.000 s late, "
+                           "past its misfire grace time of 2 s"]
+        misfires = {name: json.loads(client.hget(f"redbeat:{name}", "misfires") or "null")
+                    for name in ("strict", "lenient", "default")}
+        assert misfires == {
+            "strict": {"skipped": 8, "last_skipped": at(7).isoformat()},
+            "lenient": None,
+            "default": {"skipped": 2, "last_skipped": at(3).isoformat()},
+        }
+        assert manage.get_entry(app, "strict").entry.total_run_count == 11  # claims stand
+        scheduler.close()
+
+
+def test_an_old_format_pending_record_is_still_resent(redis_server):
+    """A record written before definitions were held once (the definition inside it),
+    left by a leader of the previous version: re-sent with its id, counted nowhere."""
+    clock = Clock(T0 + 30)
+    with outage(redis_server, redbeat_misfire_grace_time=60) as (app, broker):
+        entry = RedBeatSchedulerEntry("legacy", "tasks.legacy", 3600.0, args=["as claimed"],
+                                      app=app, last_run_at=at(0)).save()
+        client = get_redis(app)
+        definition = client.hget(entry.key, "definition")
+        record = {"key": entry.key, "definition": definition, "due": T0, "claimed_at": T0,
+                  "node": "old-leader:1", "reason": "scheduled"}
+        client.hset(PENDING, slot_id("legacy", 0), json.dumps(record))
+        too_late = {**record, "due": T0 - 3600}
+        client.hset(PENDING, slot_id("legacy", -3600), json.dumps(too_late))
+        RedBeatSchedulerEntry("legacy", "tasks.legacy", 3600.0, args=["edited"],
+                              app=app).save()  # the record still holds what was claimed
+        scheduler = scheduler_for(app, clock)
+        scheduler.tick()  # takes the lock
+        scheduler.tick()
+        assert published(broker) == [(slot_id("legacy", 0), ["as claimed"])]
+        assert client.hlen(PENDING) == 0 and not client.exists(HELD)
+        assert json.loads(client.hget(entry.key, "misfires"))["skipped"] == 1  # grace too
+        scheduler.close()
+
+
+def test_held_slots_of_an_entry_edited_or_deleted_meanwhile_are_resent_as_claimed(
+        redis_server):
+    clock = Clock()
+    with outage(redis_server) as (app, broker):
+        RedBeatSchedulerEntry("edited", "tasks.edited", 10.0, args=["old"], app=app,
+                              last_run_at=at(-10)).save()
+        RedBeatSchedulerEntry("deleted", "tasks.deleted", 10.0, args=["gone"], app=app,
+                              last_run_at=at(-10)).save()
+        scheduler = scheduler_for(app, clock)
+        client = get_redis(app)
+        broker.stop()
+        clock.now = T0 - 1
+        scheduler.tick()  # takes the lock
+        clock.now = T0
+        scheduler.tick()  # claims both slots; the broker is down, so both are held
+        assert client.hlen(PENDING) == 2
+        RedBeatSchedulerEntry("edited", "tasks.edited", 10.0, args=["new"], app=app).save()
+        manage.delete_entry(app, "deleted")
+
+        broker.start()
+        clock.now = T0 + 1
+        scheduler.tick()
+        assert sorted(published(broker)) == [(slot_id("deleted", 0), ["gone"]),
+                                             (slot_id("edited", 0), ["old"])]
+        assert not client.exists("redbeat:deleted")  # not re-created by the re-send
+        assert client.hlen(PENDING) == 0 and not client.exists(HELD)
+        clock.now = T0 + 10
+        scheduler.tick()  # the next slot is claimed from the edited definition
+        assert published(broker)[-1] == (slot_id("edited", 10), ["new"])
+        scheduler.close()
+
+
+def test_a_late_held_slot_of_a_deleted_entry_is_dropped_without_recreating_it(redis_server):
+    app = make_app(redis_server.url, redbeat_misfire_grace_time=1)
+    clock = Clock()
+    RedBeatSchedulerEntry("deleted", "tasks.x", 10.0, app=app, last_run_at=at(-10)).save()
+    scheduler = BrokerDown(app, clock=clock)
+    scheduler.tick()
+    scheduler.tick()
+    client = get_redis(app)
+    assert client.hlen(PENDING) == 1
+    manage.delete_entry(app, "deleted")
+    clock.now = T0 + 5
+    scheduler.tick()
+    assert client.hlen(PENDING) == 0 and not client.exists(HELD)
+    assert not client.exists("redbeat:deleted")
+
+
+class BrokerDown(Recording):
+    """Records what it sends while ``down`` is False; raises as a lost broker does."""
+
+    down = True
+
+    def apply_async(self, entry, producer=None, advance=True, **kwargs):
+        if self.down:
+            raise ConnectionRefusedError("broker down")
+        super().apply_async(entry, producer, advance, **kwargs)
+
+
+def test_each_distinct_definition_is_held_once_and_released_with_its_last_record(app):
+    clock = Clock()
+    RedBeatSchedulerEntry("job", "tasks.x", 1.0, args=["v1"], app=app,
+                          last_run_at=at(-1)).save()
+    scheduler = BrokerDown(app, clock=clock)
+    client = get_redis(app)
+    scheduler.tick()  # takes the lock
+    scheduler.tick()
+    clock.now = T0 + 1
+    scheduler.tick()
+    v1 = client.hget("redbeat:job", "definition")
+    RedBeatSchedulerEntry("job", "tasks.x", 1.0, args=["v2"], app=app).save()
+    v2 = client.hget("redbeat:job", "definition")
+    for second in (2, 3):
+        clock.now = T0 + second
+        scheduler.tick()
+    one, two = definition_sha1(v1), definition_sha1(v2)
+    assert client.hgetall(HELD) == {one: v1, f"{one}:refs": "2", two: v2, f"{two}:refs": "2"}
+    scheduler.store.confirm([slot_id("job", 0), slot_id("job", 1)])
+    assert client.hgetall(HELD) == {two: v2, f"{two}:refs": "2"}
+    scheduler.store.confirm([slot_id("job", 2)])
+    assert client.hgetall(HELD) == {two: v2, f"{two}:refs": "1"}
+    # a record removed by hand leaves its reference counted; the hash goes anyway with
+    # the next confirmation that leaves no record
+    client.hdel(PENDING, slot_id("job", 3))
+    assert client.hlen(HELD) == 2
+    scheduler.store.confirm([slot_id("job", 4)])
+    assert not client.exists(HELD)
+
+
+def test_a_held_definition_removed_by_hand_drops_its_record_with_a_log_line(app, caplog):
+    clock = Clock()
+    RedBeatSchedulerEntry("job", "tasks.x", 10.0, app=app, last_run_at=at(-10)).save()
+    scheduler = BrokerDown(app, clock=clock)
+    scheduler.tick()
+    scheduler.tick()
+    client = get_redis(app)
+    client.delete(HELD)
+    scheduler.down = False
+    with caplog.at_level(logging.ERROR):
+        scheduler.tick()
+    assert scheduler.sent == []
+    assert "Dropping unreadable pending slot job:" in caplog.text
+    assert "held definition" in caplog.text
+    assert client.hlen(PENDING) == 0
+
+
+@pytest.mark.parametrize("delivery", ["at-least-once", "at-most-once"])
+def test_run_now_is_held_like_a_claimed_slot_and_sent_once(redis_server, delivery):
+    app = make_app(redis_server.url, redbeat_delivery=delivery, redbeat_misfire_grace_time=1)
+    clock = Clock()
+    RedBeatSchedulerEntry("job", "tasks.x", 3600.0, args=[1], app=app, last_run_at=at(0)).save()
+    client = get_redis(app)
+    definition = client.hget("redbeat:job", "definition")
+    task_id = manage.run_now(app, "job")
+    sha = definition_sha1(definition)
+    assert json.loads(client.hget(PENDING, task_id))["definition_sha1"] == sha
+    assert client.hgetall(HELD) == {sha: definition, f"{sha}:refs": "1"}
+    scheduler = Recording(app, clock=clock)
+    scheduler.tick()  # takes the lock
+    clock.now = T0 + 3 * 24 * 3600  # run-now is never too late: it was asked for
+    scheduler.tick()
+    scheduler.tick()
+    assert [sent for sent in scheduler.sent if sent[1] == task_id] == [("job", task_id)]
+    assert client.hlen(PENDING) == 0 and not client.exists(HELD)
+
+
+def test_the_held_definitions_key_is_reserved(app):
+    with pytest.raises(ValueError, match="reserved"):
+        RedBeatSchedulerEntry(":held-definitions", "tasks.x", 10.0, app=app).save()
+    assert app.redbeat_conf.keys.held_definitions in app.redbeat_conf.keys.internal
+
+
+def test_a_slot_claimed_again_under_a_pending_id_keeps_one_record_and_one_reference(app):
+    """An operator rewinding last_run_at during an outage makes the leader claim a slot
+    that is still held: the first record stays, counted once."""
+    clock = Clock()
+    entry = RedBeatSchedulerEntry("job", "tasks.x", 10.0, app=app, last_run_at=at(-10)).save()
+    scheduler = BrokerDown(app, clock=clock)
+    scheduler.tick()
+    scheduler.tick()
+    client = get_redis(app)
+    first = client.hget(PENDING, slot_id("job", 0))
+    client.hset(entry.key, "meta", json.dumps({"last_run_at": {
+        "__type__": "datetime", "year": 2026, "month": 11, "day": 23, "hour": 11,
+        "minute": 59, "second": 50, "microsecond": 0, "timezone": "UTC"},
+        "total_run_count": 1}))
+    client.zadd("redbeat::schedule", {entry.key: T0})
+    clock.now = T0 + 1
+    scheduler.tick()
+    assert client.hgetall(PENDING) == {slot_id("job", 0): first}
+    sha = definition_sha1(client.hget(entry.key, "definition"))
+    assert client.hget(HELD, f"{sha}:refs") == "1"
+
+
+def test_ordering_and_format_helpers_agree_with_utc_isoformat():
+    # confirm.lua keeps the latest last_skipped by comparing ISO 8601 texts
+    earlier = datetime(2026, 1, 1, 0, 0, 0, tzinfo=timezone.utc)
+    later = earlier.replace(microsecond=500000)
+    assert earlier.isoformat() < later.isoformat()
