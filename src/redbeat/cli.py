@@ -6,7 +6,8 @@ Two ways in, one set of commands:
     celery -A proj redbeat list          # reads the app's redbeat settings
 
 Exit codes scripts can rely on: 0 done (or healthy), 1 unhealthy or failed,
-2 bad usage, 3 no such entry, 4 Redis unreachable, 5 invalid input.
+2 bad usage, 3 no such entry, 4 Redis unreachable, 5 invalid input, 6 Redis refused
+the credentials (authentication or ACL).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 import redis.exceptions
@@ -30,10 +31,11 @@ from .entry import InvalidEntry, RedBeatSchedulerEntry
 from .lock import Holder
 from .nexttime import next_after
 from .policy import EntryPolicy
+from .retry import AUTH_ERRORS
 from .schedules import clocked, rrule
 from .settings import ensure_conf
 
-EXIT_FAILED, EXIT_NOT_FOUND, EXIT_UNREACHABLE, EXIT_INVALID = 1, 3, 4, 5
+EXIT_FAILED, EXIT_NOT_FOUND, EXIT_UNREACHABLE, EXIT_INVALID, EXIT_AUTH = 1, 3, 4, 5, 6
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -61,25 +63,53 @@ def _fail_fast(app: Celery, timeout: float) -> None:
     ensure_conf(app).redis_options_from_redbeat = True
 
 
+class NotFound(LookupError):
+    """No entry of that name: the one failure that exits 3. Only the name a command
+    was asked for is reported so; any other missing key (a zone, a frequency, a field
+    of an export) is invalid input, never "no entry named ..."."""
+
+
 def command(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Maps failures to the documented exit codes with a one-line message."""
+    """Maps failures to the documented exit codes with a one-line message, classified
+    by what went wrong: the entry, the input, the credentials or the connection."""
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except NotFound as exc:
+            fail(f"no entry named {exc.args[0]!r}", EXIT_NOT_FOUND)
+        except ZoneInfoNotFoundError as exc:  # a KeyError, but bad input, not a lookup
+            fail(f"unknown time zone: {exc}", EXIT_INVALID)
         except KeyError as exc:
-            click.echo(f"error: no entry named {exc.args[0]!r}", err=True)
-            sys.exit(EXIT_NOT_FOUND)
+            if exc.args and exc.args[0] == kwargs.get("name"):
+                fail(f"no entry named {exc.args[0]!r}", EXIT_NOT_FOUND)
+            fail(f"missing {exc}", EXIT_INVALID)
+        except AUTH_ERRORS as exc:
+            fail(auth_message(exc), EXIT_AUTH)
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-            click.echo(f"error: Redis unreachable: {exc}", err=True)
-            sys.exit(EXIT_UNREACHABLE)
+            fail(f"Redis unreachable: {redact(str(exc))}", EXIT_UNREACHABLE)
         except (InvalidEntry, ValueError) as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(EXIT_INVALID)
+            fail(str(exc), EXIT_INVALID)
         except redis.exceptions.RedisError as exc:
-            click.echo(f"error: Redis: {exc}", err=True)
-            sys.exit(EXIT_FAILED)
+            fail(f"Redis: {exc}", EXIT_FAILED)
     return run
+
+
+def auth_message(exc: BaseException) -> str:
+    """What a refused connection means, in words: redis-py's text for a server that
+    wants a password the URL does not give is about the HELLO command."""
+    text = str(exc)
+    if "HELLO must be called" in text or "NOAUTH" in text or "Authentication required" in text:
+        return "Redis requires a password and the URL gives none (redis://:PASSWORD@host)"
+    if isinstance(exc, redis.exceptions.AuthenticationError):
+        return (f"Redis refused the credentials ({text}); check the user name and password "
+                "of the URL")
+    return f"Redis refused this user the command ({type(exc).__name__}: {text}); check its ACL"
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
 
 
 # -- formatting ------------------------------------------------------------------------
@@ -172,9 +202,26 @@ def parse_every(text: str) -> float:
     return seconds
 
 
-def parse_time(text: str, zone: str | None) -> datetime:
+def parse_zone(text: str | None, option: str = "--tz") -> str | None:
+    """An IANA zone name, checked here: ZoneInfo's "not found" is a KeyError, which
+    must reach the user as invalid input naming the option, not as a missing entry."""
+    if text is None:
+        return None
+    try:
+        ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise ValueError(f"{option}: unknown time zone {text!r} (an IANA name such as "
+                         "Europe/Paris or UTC)") from None
+    return text
+
+
+def parse_time(text: str, zone: str | None, option: str = "--at") -> datetime:
     """An ISO 8601 time; without an offset it is read in ``zone`` (default UTC)."""
-    moment = datetime.fromisoformat(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{option} wants an ISO 8601 time such as 2030-01-02T09:00:00, "
+                         f"not {text!r}") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=ZoneInfo(zone) if zone else timezone.utc)
     return moment
@@ -198,8 +245,11 @@ RRULE_KEYS = {"BYMONTH": "bymonth", "BYMONTHDAY": "bymonthday", "BYYEARDAY": "by
 
 
 def parse_rrule(text: str, zone: str | None) -> rrule:
-    """RFC 5545 ``FREQ=...;BYHOUR=...`` (DTSTART as YYYYMMDDTHHMMSS in ``zone``)."""
-    from dateutil.rrule import weekday
+    """RFC 5545 ``FREQ=...;BYHOUR=...`` (DTSTART as YYYYMMDDTHHMMSS in ``zone``).
+
+    Every part is checked here, so a mistake is reported naming the part: the
+    schedule's own lookups fail with bare KeyErrors ('FORTNIGHTLY')."""
+    from .schedules import FREQUENCIES
 
     fields: dict[str, Any] = {}
     freq = None
@@ -208,25 +258,48 @@ def parse_rrule(text: str, zone: str | None) -> rrule:
         name = name.strip().upper()
         if name == "FREQ":
             freq = value.strip().upper()
+            if freq not in FREQUENCIES:
+                raise ValueError(f"--rrule: FREQ={value.strip()!r} is not one of "
+                                 f"{', '.join(FREQUENCIES)}")
         elif name == "INTERVAL":
-            fields["interval"] = int(value)
+            fields["interval"] = _rrule_numbers(name, value)[0]
         elif name == "BYDAY":
-            days = []
-            for day in value.split(","):
-                day = day.strip().upper()
-                n = int(day[:-2]) if day[:-2] else None
-                days.append(weekday(WEEKDAYS[day[-2:]], n))
-            fields["byweekday"] = days
+            fields["byweekday"] = [_rrule_day(day) for day in value.split(",")]
         elif name in ("DTSTART", "UNTIL"):
-            fields[name.lower()] = datetime.strptime(value.strip().rstrip("Z"), "%Y%m%dT%H%M%S")
+            try:
+                fields[name.lower()] = datetime.strptime(value.strip().rstrip("Z"),
+                                                         "%Y%m%dT%H%M%S")
+            except ValueError:
+                raise ValueError(f"--rrule: {name} wants YYYYMMDDTHHMMSS, not "
+                                 f"{value!r}") from None
         elif name in RRULE_KEYS:
-            numbers = [int(v) for v in value.split(",")]
+            numbers = _rrule_numbers(name, value)
             fields[RRULE_KEYS[name]] = numbers[0] if name == "COUNT" else numbers
         else:
             raise ValueError(f"--rrule: unsupported part {name!r}")
     if freq is None:
         raise ValueError("--rrule needs FREQ=...")
     return rrule(freq, timezone=zone, **fields)
+
+
+def _rrule_numbers(name: str, value: str) -> list[int]:
+    try:
+        return [int(v) for v in value.split(",")]
+    except ValueError:
+        raise ValueError(f"--rrule: {name} wants whole numbers, not {value!r}") from None
+
+
+def _rrule_day(text: str) -> Any:
+    """``MO`` or ``+1MO``/``-1FR`` (the first Monday, the last Friday of the period)."""
+    from dateutil.rrule import weekday
+
+    day = text.strip().upper()
+    try:
+        n = int(day[:-2]) if day[:-2] else None
+        return weekday(WEEKDAYS[day[-2:]], n)
+    except (KeyError, ValueError):
+        raise ValueError(f"--rrule: BYDAY wants days such as MO,WE or +1MO, not "
+                         f"{text.strip()!r}") from None
 
 
 def _json_option(text: str | None, what: str, kind: type) -> Any:
@@ -375,6 +448,7 @@ def add(ctx: click.Context, name: str, task: str, every: str | None, cron: str |
     given = [option for option in (every, cron, rrule_text, run_at) if option]
     if len(given) != 1:
         raise click.UsageError("give exactly one of --every, --cron, --rrule, --at")
+    zone = parse_zone(zone)
     if every:
         chosen: Any = parse_every(every)
     elif cron:
@@ -384,8 +458,9 @@ def add(ctx: click.Context, name: str, task: str, every: str | None, cron: str |
     else:
         chosen = parse_rrule(rrule_text or "", zone)
     policy = EntryPolicy(
-        start_time=parse_time(start, zone) if start else None,
-        end_time=parse_time(end, zone) if end else None, misfire_grace_time=misfire_grace,
+        start_time=parse_time(start, zone, "--start") if start else None,
+        end_time=parse_time(end, zone, "--end") if end else None,
+        misfire_grace_time=misfire_grace,
         coalesce=not no_coalesce, jitter=jitter or 0.0, ttl=ttl,
     )
     entry = RedBeatSchedulerEntry(
@@ -513,6 +588,9 @@ def check_command(ctx: click.Context, host: str | None, pid: int | None,
     1 otherwise, Redis unreachable included (a probe has one failure code)."""
     try:
         result = health.check(_app(ctx), host=host, pid=pid, max_age=max_age)
+    except AUTH_ERRORS as exc:
+        click.echo(f"unhealthy: {auth_message(exc)}")
+        sys.exit(EXIT_FAILED)
     except redis.exceptions.RedisError as exc:
         click.echo(f"unhealthy: Redis unreachable ({redact(str(exc))})")
         sys.exit(EXIT_FAILED)

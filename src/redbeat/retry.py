@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -19,7 +20,7 @@ import redis.exceptions
 from tenacity import (
     RetryCallState,
     Retrying,
-    retry_if_exception_type,
+    retry_if_exception,
     stop_after_delay,
     stop_never,
     wait_exponential,
@@ -41,14 +42,91 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-def _log_retry(state: RetryCallState) -> None:
-    outcome = state.outcome
-    error = outcome.exception() if outcome is not None else None
-    wait = state.next_action.sleep if state.next_action is not None else 0
-    logger.warning(
-        "beat: Redis unavailable (%s: %s); retry %d in %.1fs",
-        type(error).__name__, error, state.attempt_number, wait,
-    )
+#: Refusals of this client's credentials or rights: redis-py raises them as
+#: ConnectionErrors, but no retry fixes a wrong password, so they are not retried and
+#: are reported as the configuration error they are.
+AUTH_ERRORS: tuple[type[BaseException], ...] = (
+    redis.exceptions.AuthenticationError,
+    redis.exceptions.AuthorizationError,
+    redis.exceptions.NoPermissionError,
+)
+
+#: Seconds into an outage at which it is logged again (then every last-step seconds):
+#: a beat cut off from Redis for hours says so a few dozen times, not every retry.
+REPORT_AFTER = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+def is_auth_error(error: BaseException | None) -> bool:
+    return isinstance(error, AUTH_ERRORS)
+
+
+def is_transient(error: BaseException) -> bool:
+    return isinstance(error, TRANSIENT_ERRORS) and not is_auth_error(error)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class Outage:
+    """One stretch of failing Redis round trips, as the log tells it: the first failure
+    at once, then again at growing intervals (:data:`REPORT_AFTER`) with the time since
+    it began and the attempts so far, and the end once. Every retry of every round trip
+    used to log a line, with a counter that restarted at 1 on each tick: a beat cut off
+    from Redis logged a warning every second or two forever. A refused password is told
+    as a configuration error (and not retried: see :data:`AUTH_ERRORS`)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.started: float | None = None
+        self.attempts = 0
+        self.auth = False
+        self._reports = 0
+
+    def failed(self, error: BaseException | None, quiet: bool = False) -> None:
+        """Count one failed attempt; log it if it starts an outage (or changes its
+        kind), unless ``quiet`` (the caller said it already), or the next report is due."""
+        now = self.clock()
+        auth = is_auth_error(error)
+        if self.started is None or auth != self.auth:
+            self.started, self.attempts, self.auth, self._reports = now, 1, auth, 1
+            if quiet:
+                return
+            if auth:
+                logger.error("beat: Redis refused the credentials (%s: %s): a configuration "
+                             "error, not an outage; check the username and password of "
+                             "redbeat_redis_url / redbeat_redis_options. Trying again each "
+                             "poll, logged at growing intervals", type(error).__name__, error)
+            else:
+                logger.warning("beat: Redis unavailable (%s: %s); retrying, logged again at "
+                               "growing intervals", type(error).__name__, error)
+            return
+        self.attempts += 1
+        elapsed = now - self.started
+        step = min(self._reports - 1, len(REPORT_AFTER) - 1)
+        due = REPORT_AFTER[step] + REPORT_AFTER[-1] * max(0, self._reports - len(REPORT_AFTER))
+        if elapsed >= due:
+            self._reports += 1
+            if self.auth:
+                logger.error("beat: Redis still refuses the credentials after %s (%d attempts): "
+                             "%s", _duration(elapsed), self.attempts, error)
+            else:
+                logger.warning("beat: Redis still unavailable after %s (%d attempts): %s: %s",
+                               _duration(elapsed), self.attempts, type(error).__name__, error)
+
+    def ended(self) -> None:
+        """A round trip succeeded: log the end of an outage, if one was under way."""
+        if self.started is None:
+            return
+        elapsed = self.clock() - self.started
+        logger.info("beat: Redis is back after %s (%d failed attempts)",
+                    _duration(elapsed) if elapsed >= 1 else f"{elapsed:.1f}s", self.attempts)
+        self.started, self.attempts, self.auth, self._reports = None, 0, False, 0
 
 
 class RetryPolicy:
@@ -57,19 +135,28 @@ class RetryPolicy:
     def __init__(self, retry_period: float | None = None, max_wait: float = 2.0) -> None:
         self.retry_period = DEFAULT_RETRY_PERIOD if retry_period is None else float(retry_period)
         self.max_wait = max_wait
+        #: Kept across calls, so an outage spanning many ticks is one outage in the log.
+        self.outage = Outage()
+
+    def _log_retry(self, state: RetryCallState) -> None:
+        outcome = state.outcome
+        self.outage.failed(outcome.exception() if outcome is not None else None)
 
     def _retrying(self) -> Retrying:
         stop = stop_never if self.retry_period < 0 else stop_after_delay(self.retry_period)
         return Retrying(
-            retry=retry_if_exception_type(TRANSIENT_ERRORS),
+            retry=retry_if_exception(is_transient),
             wait=wait_exponential(multiplier=0.05, max=self.max_wait),
             stop=stop,
-            before_sleep=_log_retry,
+            before_sleep=self._log_retry,
             reraise=True,
         )
 
     def call(self, fn: Callable[[], T]) -> T:
-        return self._retrying()(fn)
+        result = self._retrying()(fn)
+        if self.outage.started is not None:
+            self.outage.ended()
+        return result
 
 
 class RetryingConnection:

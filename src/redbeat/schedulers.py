@@ -56,8 +56,14 @@ from .planning import (
     quarantine_reason,
     read_pending,
 )
-from .retry import RetryingConnection
-from .settings import AT_LEAST_ONCE, DEFAULT_POLL_INTERVAL, RedBeatConfig, ensure_conf
+from .retry import RetryingConnection, is_auth_error
+from .settings import (
+    AT_LEAST_ONCE,
+    DEFAULT_POLL_INTERVAL,
+    RedBeatConfig,
+    SettingError,
+    ensure_conf,
+)
 from .store import Fetch, LockLost, Op, Row, StaticWrite, load_script
 
 logger = logging.getLogger("celery.beat")
@@ -105,7 +111,10 @@ class RedBeatScheduler(Scheduler):
         clock: Callable[[], float] = time.time,
         **kwargs: Any,
     ) -> None:
-        self.config: RedBeatConfig = ensure_conf(app)
+        try:
+            self.config: RedBeatConfig = ensure_conf(app)
+        except SettingError as exc:  # one line naming each bad setting, not a traceback
+            raise SystemExit(f"beat: {exc}") from None
         self.clock = clock
         self.node_id = node_name()
         self.lock: Lease | None = None
@@ -176,8 +185,10 @@ class RedBeatScheduler(Scheduler):
         try:
             self._check_server()
         except redis.exceptions.RedisError as exc:
-            logger.error("beat: Redis at %s unreachable at start (%s); will keep trying",
-                         redact(self.config.redis_url), exc)
+            if not is_auth_error(exc):  # a refused password is logged as such, by the outage
+                logger.error("beat: Redis at %s unreachable at start (%s); will keep trying",
+                             redact(self.config.redis_url), exc)
+            self.store.policy.outage.failed(exc, quiet=not is_auth_error(exc))
             self._redis_down = True  # checked, and "Redis is back" logged, when it answers
             return
         if not self._lock_key:
@@ -276,14 +287,15 @@ class RedBeatScheduler(Scheduler):
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """One pass; returns the seconds to sleep before the next."""
+        if self.config.notices:
+            self.config.log_notices()  # once, now that Celery's logging is in place
         try:
             interval = self._tick()
         except LockLost as exc:
             return self._lost_lock(exc.holder)
         except redis.exceptions.RedisError as exc:
             return self._redis_unavailable(exc)
-        if self._redis_down:
-            logger.info("beat: Redis is back")
+        if self._redis_down:  # "Redis is back after ..." is logged by the retry policy
             self._redis_down = False
             self._check_server()
         return interval
@@ -441,8 +453,11 @@ class RedBeatScheduler(Scheduler):
         return self.poll_interval
 
     def _redis_unavailable(self, exc: Exception) -> float:
-        if not self._redis_down:
+        if not self._redis_down and not is_auth_error(exc):
             logger.error("beat: Redis unavailable (%s); standing by until it returns", exc)
+        # counted in the outage, which logs it again at growing intervals (and a refused
+        # password as the configuration error it is), never once per tick
+        self.store.policy.outage.failed(exc, quiet=not is_auth_error(exc))
         self._redis_down = True
         # Whoever holds the lock when Redis returns is re-checked by the next tick.
         self.leading = False

@@ -8,10 +8,12 @@ and under a ``config_from_object`` namespace (``CELERY_REDBEAT_REDIS_URL`` with 
 
 from __future__ import annotations
 
+import difflib
 import logging
+import math
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +38,105 @@ DEFAULT_BATCH_SIZE = 1000
 DEFAULT_HISTORY_LENGTH = 10
 AT_LEAST_ONCE = "at-least-once"
 AT_MOST_ONCE = "at-most-once"
+
+#: Every setting redbeat reads (its own names; Celery's are Celery's business). A
+#: ``redbeat_*`` key of the configuration that is not one of these is a typo or a
+#: setting of another version, ignored silently until it is warned about.
+KNOWN_SETTINGS = frozenset({
+    "redbeat_redis_url", "redbeat_redis_use_ssl", "redbeat_redis_options",
+    "redbeat_key_prefix", "redbeat_lock_key", "redbeat_lock_timeout",
+    "redbeat_poll_interval", "redbeat_batch_size", "redbeat_delivery",
+    "redbeat_deterministic_task_ids", "redbeat_exit_on_lock_loss",
+    "redbeat_history_length", "redbeat_refuse_evicting_redis",
+    "redbeat_misfire_grace_time", "redbeat_publish_timeout",
+})
+
+
+class SettingError(ValueError):
+    """One or more settings have a value redbeat cannot use; the message names each
+    (one per line), so a configuration mistake reads as one, not as a traceback."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid redbeat settings: " + "; ".join(problems)
+                         if len(problems) > 1 else f"invalid redbeat setting: {problems[0]}")
+        self.problems = problems
+
+
+def unknown_settings(conf: Mapping[str, Any], namespace: str | None = None) -> list[str]:
+    """One warning per ``redbeat_*`` key (either case, or under the app's namespace as
+    ``CELERY_REDBEAT_*``) that redbeat does not read, with the closest known name: a
+    misspelled ``redbeat_redis_ulr`` would otherwise leave the schedule on the broker's
+    Redis without a word."""
+    try:
+        names = list(conf.keys())
+    except Exception:  # a configuration source that cannot list itself
+        return []
+    prefixes = ("redbeat_", f"{namespace.lower()}_redbeat_" if namespace else "redbeat_")
+    found = []
+    for name in names:
+        if not isinstance(name, str):
+            continue
+        lowered = name.lower()
+        if not lowered.startswith(prefixes):
+            continue
+        setting = lowered[lowered.index("redbeat_"):]
+        if setting in KNOWN_SETTINGS:
+            continue
+        # compared without the shared "redbeat_", which would make anything look close
+        close = difflib.get_close_matches(setting[len("redbeat_"):], sorted(
+            known[len("redbeat_"):] for known in KNOWN_SETTINGS), n=1, cutoff=0.6)
+        hint = f"; did you mean redbeat_{close[0]}?" if close else ""
+        found.append(f"unknown setting {name} is ignored{hint}")
+    return sorted(found)
+
+
+def _number(value: Any, name: str, problems: list[str], *, minimum: float = 0.0,
+            strict: bool = True, integer: bool = False) -> Any:
+    """``value`` as a number above (or at, unless ``strict``) ``minimum``; a problem is
+    recorded and None returned otherwise. Numeric text is accepted (settings often come
+    from the environment); booleans are not numbers here."""
+    kind = "a whole number" if integer else "a number"
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        number = int(value) if integer and not isinstance(value, float) else float(value)
+        if integer and isinstance(value, float) and not value.is_integer():
+            raise ValueError
+        if integer:
+            number = int(number)
+    except (TypeError, ValueError, OverflowError):
+        problems.append(f"{name}={value!r} is not {kind}")
+        return None
+    if not math.isfinite(number) or number < minimum or (strict and number == minimum):
+        bound = f"{'above' if strict else 'at least'} {minimum:g}"
+        problems.append(f"{name}={value!r} must be {bound}")
+        return None
+    return number
+
+
+TRUE_TEXT = frozenset({"1", "true", "yes", "on"})
+FALSE_TEXT = frozenset({"0", "false", "no", "off", ""})
+
+
+def _flag(value: Any, name: str, problems: list[str]) -> bool | None:
+    """A boolean setting: True/False, 0/1, or their usual spellings as text. ``bool()``
+    would read the text "false" as true."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in TRUE_TEXT | FALSE_TEXT:
+        return value.strip().lower() in TRUE_TEXT
+    problems.append(f"{name}={value!r} is not true or false")
+    return None
+
+
+def _typed(value: Any, name: str, problems: list[str], kinds: tuple[type, ...],
+           wanted: str) -> bool:
+    if value is None or isinstance(value, kinds):
+        return True
+    problems.append(f"{name}={value!r} must be {wanted}")
+    return False
 
 
 def conf_lookup(conf: Mapping[str, Any], name: str, default: Any = _MISSING) -> Any:
@@ -110,12 +211,21 @@ class RedBeatConfig:
     refuse_evicting_redis: bool = False
     misfire_grace_time: float | None = None
     redis_url_is_fallback: bool = False
+    #: Warnings about the configuration (unknown settings, a lock timeout raised to its
+    #: floor), kept rather than logged where they arise: the configuration is often
+    #: read before Celery has set up logging (``celery beat`` builds a scheduler for its
+    #: banner first), so the scheduler logs them once it runs (:meth:`log_notices`).
+    notices: list[str] = field(default_factory=list, compare=False)
+    _logged: set[str] = field(default_factory=set, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.notices = list(self.notices)  # a copy (dataclasses.replace) has its own
+        problems = self._read(self.app.conf) if self.app is not None else []
+        problems += self._check()
+        if problems:
+            raise SettingError(problems)
         if self.app is not None:
-            self._read(self.app.conf)
             self._warn_inherited()
-        self._check()
 
     def _warn_inherited(self) -> None:
         """celery-redbeat 2.4.2 deprecated borrowing the broker's settings (the schedule
@@ -129,55 +239,99 @@ class RedBeatConfig:
                           "broker_transport_options is deprecated; set redbeat_redis_options",
                           DeprecationWarning, stacklevel=3)
 
-    def _read(self, conf: Mapping[str, Any]) -> None:
+    def _read(self, conf: Mapping[str, Any]) -> list[str]:
+        """Every setting, checked as it is read; returns the problems found, which are
+        reported together in one :class:`SettingError` naming each bad value, instead of
+        the first one surfacing as a traceback from deep inside ``float()``."""
+        problems: list[str] = []
+
+        def read(name: str, default: Any = None) -> Any:
+            return conf_lookup(conf, name, default)
+
         # The prefix first, as 2.4.2 reads it: with Celery's test app, defaults added by
         # ``conf.add_defaults`` are visible to the first read only.
-        self.key_prefix = conf_lookup(conf, "redbeat_key_prefix", None) or DEFAULT_KEY_PREFIX
-        url = conf_lookup(conf, "redbeat_redis_url", None)
+        prefix = read("redbeat_key_prefix")
+        if _typed(prefix, "redbeat_key_prefix", problems, (str,), "text"):
+            self.key_prefix = prefix or DEFAULT_KEY_PREFIX
+        url = read("redbeat_redis_url")
+        if not _typed(url, "redbeat_redis_url", problems, (str,), "a redis:// URL"):
+            url = None
         self.redis_url_is_fallback = not url
         self.redis_url = url or broker_fallback(conf, "broker_url") or ""
-        self.redis_use_ssl = conf_lookup(
-            conf, "redbeat_redis_use_ssl", broker_fallback(conf, "broker_use_ssl")
-        )
-        options = conf_lookup(conf, "redbeat_redis_options", _MISSING)
+        self.redis_use_ssl = read("redbeat_redis_use_ssl", broker_fallback(conf, "broker_use_ssl"))
+        options = read("redbeat_redis_options", _MISSING)
         self.redis_options_from_redbeat = options is not _MISSING
         if options is _MISSING:
             options = broker_fallback(conf, "broker_transport_options")
+        elif not _typed(options, "redbeat_redis_options", problems, (Mapping,),
+                        "a dict of options"):
+            options = None
         self.redis_options = dict(options or {})
-        lock_key = conf_lookup(conf, "redbeat_lock_key", _MISSING)
+        lock_key = read("redbeat_lock_key", _MISSING)
+        if lock_key is not _MISSING and not _typed(lock_key, "redbeat_lock_key", problems,
+                                                   (str,), "text or None"):
+            lock_key = _MISSING
         self.lock_key = (
             KeyLayout(self.key_prefix).lock
             if lock_key is _MISSING
             else (None if lock_key is None else KeyLayout(self.key_prefix, lock_key).lock)
         )
-        lock_timeout = conf_lookup(conf, "redbeat_lock_timeout", None)
-        self.lock_timeout = None if lock_timeout is None else float(lock_timeout)
-        self.poll_interval = float(
-            conf_lookup(conf, "redbeat_poll_interval", None) or DEFAULT_POLL_INTERVAL
-        )
-        self.batch_size = int(conf_lookup(conf, "redbeat_batch_size", None) or DEFAULT_BATCH_SIZE)
-        self.delivery = conf_lookup(conf, "redbeat_delivery", None) or AT_LEAST_ONCE
-        self.deterministic_task_ids = bool(
-            conf_lookup(conf, "redbeat_deterministic_task_ids", True)
-        )
-        self.exit_on_lock_loss = bool(conf_lookup(conf, "redbeat_exit_on_lock_loss", False))
-        self.history_length = int(
-            conf_lookup(conf, "redbeat_history_length", DEFAULT_HISTORY_LENGTH)
-        )
-        self.refuse_evicting_redis = bool(
-            conf_lookup(conf, "redbeat_refuse_evicting_redis", False)
-        )
-        grace = conf_lookup(conf, "redbeat_misfire_grace_time", None)
-        self.misfire_grace_time = None if grace is None else float(grace)
+        self._read_numbers(read, problems)
+        self.delivery = read("redbeat_delivery") or AT_LEAST_ONCE
+        for name, default in (("deterministic_task_ids", True), ("exit_on_lock_loss", False),
+                              ("refuse_evicting_redis", False)):
+            value = _flag(read(f"redbeat_{name}", default), f"redbeat_{name}", problems)
+            setattr(self, name, default if value is None else value)
+        namespace = getattr(self.app, "namespace", None)
+        self.notices.extend(unknown_settings(conf, namespace if isinstance(namespace, str)
+                                             else None))
+        return problems
 
-    def _check(self) -> None:
+    def _read_numbers(self, read: Callable[..., Any], problems: list[str]) -> None:
+        lock_timeout = read("redbeat_lock_timeout")
+        if lock_timeout is not None:
+            # 0 means "the default", as in 2.4.2 (``timeout or 5 x max interval``)
+            self.lock_timeout = _number(lock_timeout, "redbeat_lock_timeout", problems,
+                                        strict=False) or None
+        poll = read("redbeat_poll_interval")
+        if poll is not None:
+            self.poll_interval = (_number(poll, "redbeat_poll_interval", problems,
+                                          strict=False) or DEFAULT_POLL_INTERVAL)
+        batch = read("redbeat_batch_size")
+        if batch is not None:
+            self.batch_size = _number(batch, "redbeat_batch_size", problems, minimum=1,
+                                      strict=False, integer=True) or DEFAULT_BATCH_SIZE
+        history = read("redbeat_history_length")
+        if history is not None:
+            value = _number(history, "redbeat_history_length", problems, strict=False,
+                            integer=True)
+            self.history_length = DEFAULT_HISTORY_LENGTH if value is None else value
+        grace = read("redbeat_misfire_grace_time")
+        if grace is not None:
+            self.misfire_grace_time = _number(grace, "redbeat_misfire_grace_time", problems,
+                                              strict=False)
+
+    def _check(self) -> list[str]:
+        problems = []
         if self.delivery not in (AT_LEAST_ONCE, AT_MOST_ONCE):
-            raise ValueError(
-                f"redbeat_delivery must be {AT_LEAST_ONCE!r} or {AT_MOST_ONCE!r}, "
-                f"not {self.delivery!r}"
-            )
-        if self.batch_size < 1:
-            raise ValueError("redbeat_batch_size must be at least 1")
+            problems.append(f"redbeat_delivery={self.delivery!r} must be {AT_LEAST_ONCE!r} "
+                            f"or {AT_MOST_ONCE!r}")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            problems.append(f"redbeat_batch_size={self.batch_size!r} must be at least 1")
+        return problems
+
+    def notice(self, message: str) -> None:
+        """Keep a configuration warning for :meth:`log_notices` (once per text)."""
+        if message not in self.notices:
+            self.notices.append(message)
+
+    def log_notices(self) -> None:
+        """Log the configuration warnings not logged yet: called by the scheduler when
+        it runs, when Celery's logging is in place, so they reach beat's log."""
+        for message in self.notices:
+            if message not in self._logged:
+                self._logged.add(message)
+                logger.warning("beat: %s", message)
 
     def lease_timeout(self, requested: float | None = None) -> float:
         """The lock timeout in force: ``requested`` (a scheduler argument), else the
@@ -191,10 +345,8 @@ class RedBeatConfig:
         timeout = requested or self.lock_timeout or self.poll_interval * LEASE_POLLS
         floor = self.poll_interval * 3 + 1
         if timeout < floor:
-            logger.warning(
-                "beat: redbeat_lock_timeout=%ss is too close to the %ss poll interval; using %ss",
-                timeout, self.poll_interval, floor,
-            )
+            self.notice(f"redbeat_lock_timeout={timeout:g}s is too close to the "
+                        f"{self.poll_interval:g}s poll interval; using {floor:g}s")
             return floor
         return float(timeout)
 

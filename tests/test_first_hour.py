@@ -1,0 +1,214 @@
+"""A new user's first hour: mistakes reported as what they are, in one line each.
+
+The CLI cases run the real ``redbeat`` command in a subprocess against a real
+redis-server (one with a password where the password is the point); the beat cases run
+real ``celery beat`` processes and read their logs.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from redbeat.retry import REPORT_AFTER, Outage, RetryPolicy
+from redbeat.settings import RedBeatConfig, SettingError, unknown_settings
+from support.processes import Cluster
+from support.redis_server import RedisServer, free_port
+
+PASSWORD = "first-hour-secret"
+
+
+class PasswordRedis(RedisServer):
+    """A redis-server that wants a password (its own client knows it)."""
+
+    def __init__(self) -> None:
+        super().__init__(extra_args=["--requirepass", PASSWORD])
+
+    def client(self, **kwargs: object):  # type: ignore[no-untyped-def]
+        return super().client(password=PASSWORD, **kwargs)
+
+    def url_with(self, password: str | None) -> str:
+        auth = f":{password}@" if password is not None else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+
+@pytest.fixture(scope="module")
+def password_redis():
+    with PasswordRedis() as server:
+        yield server
+
+
+def redbeat(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "redbeat", *args], capture_output=True,
+                          text=True, timeout=60, cwd=cwd)
+
+
+# -- 1. errors reported as what they are ------------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--every", "5s", "--tz", "Nowhere/Zone"], "--tz: unknown time zone 'Nowhere/Zone'"),
+    (["--cron", "0 3 * * *", "--tz", "Mars/Olympus"], "--tz: unknown time zone"),
+    (["--rrule", "FREQ=FORTNIGHTLY"], "--rrule: FREQ='FORTNIGHTLY' is not one of YEARLY"),
+    (["--rrule", "FREQ=WEEKLY;BYDAY=XX"], "--rrule: BYDAY wants days"),
+    (["--rrule", "FREQ=DAILY;BYHOUR=nine"], "--rrule: BYHOUR wants whole numbers"),
+    (["--at", "tomorrow"], "--at wants an ISO 8601 time"),
+])
+def test_bad_input_is_invalid_input_not_a_missing_entry(password_redis, args, message):
+    result = redbeat("--url", password_redis.url_with(PASSWORD), "add", "job", "tasks.job",
+                     *args)
+    assert result.returncode == 5, result.stderr
+    assert message in result.stderr and "no entry named" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1  # one line, no traceback
+    assert not password_redis.client().exists("redbeat:job")
+
+
+def test_a_missing_entry_is_still_exit_3(password_redis):
+    result = redbeat("--url", password_redis.url_with(PASSWORD), "show", "nothing-here")
+    assert result.returncode == 3 and "no entry named 'nothing-here'" in result.stderr
+
+
+@pytest.mark.parametrize(("password", "message"), [
+    ("wrong", "Redis refused the credentials"),
+    (None, "Redis requires a password and the URL gives none"),
+])
+def test_a_wrong_password_is_an_authentication_error(password_redis, password, message):
+    url = password_redis.url_with(password)
+    listing = redbeat("--url", url, "list")
+    assert listing.returncode == 6, listing.stderr
+    assert message in listing.stderr and "unreachable" not in listing.stderr
+    probe = redbeat("--url", url, "check")
+    assert probe.returncode == 1 and "unhealthy: " + message in probe.stdout
+    if password:
+        assert password not in listing.stderr + probe.stdout
+
+
+def test_unreachable_is_still_exit_4():
+    result = redbeat("--url", f"redis://127.0.0.1:{free_port()}/0", "--timeout", "1", "list")
+    assert result.returncode == 4 and "Redis unreachable" in result.stderr
+
+
+def test_an_outage_is_logged_at_growing_intervals_with_its_duration(caplog):
+    """A simulated hour of failures every 1.4 s: a few lines, each saying how long."""
+    import redis
+
+    now = [0.0]
+    outage = Outage(clock=lambda: now[0])
+    caplog.set_level(logging.INFO, logger="celery.beat")
+    error = redis.exceptions.ConnectionError("Connection refused")
+    while now[0] < 3600:
+        outage.failed(error)
+        now[0] += 1.4
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("beat: Redis unavailable (ConnectionError: Connection refused)")
+    still = [line for line in lines if "still unavailable" in line]
+    assert len(still) == len(REPORT_AFTER) + 4  # 10 s ... 10 min, then every 10 min
+    assert "after 11s" in still[0] and "after 50 min" in still[-1]
+    attempts = [int(re.search(r"\((\d+) attempts\)", line).group(1)) for line in still]
+    assert attempts == sorted(attempts) and attempts[-1] > 2000  # one count, never reset
+    outage.ended()
+    assert caplog.records[-1].getMessage().startswith("beat: Redis is back after 60 min")
+
+
+def test_a_refused_password_is_not_retried_and_is_a_configuration_error(password_redis,
+                                                                        caplog):
+    import redis
+
+    client = redis.Redis.from_url(password_redis.url_with("wrong"))
+    policy = RetryPolicy(retry_period=30)
+    caplog.set_level(logging.INFO, logger="celery.beat")
+    started = time.monotonic()
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        policy.call(client.ping)
+    assert time.monotonic() - started < 2  # not retried for the 30-s retry period
+    assert caplog.text == ""  # the scheduler reports it (see the beat test below)
+
+
+def test_beat_logs_a_wrong_password_and_an_unreachable_redis_with_backoff(tmp_path,
+                                                                         password_redis,
+                                                                         redis_server):
+    """Two real beats for about 14 s: one with a wrong password, one on a port where
+    nothing listens. Each says what is wrong once, then again only after 10 s."""
+    (tmp_path / "wrong").mkdir()
+    (tmp_path / "gone").mkdir()
+    wrong = Cluster(tmp_path / "wrong", password_redis.url_with("wrong"), "memory://")
+    gone = Cluster(tmp_path / "gone", f"redis://127.0.0.1:{free_port()}/0", "memory://",
+                   redbeat_redis_options={"retry_period": 3})
+    try:
+        beats = [wrong.beat("beat"), gone.beat("beat")]
+        time.sleep(14)
+        wrong_log, gone_log = (beat.log() for beat in beats)
+    finally:
+        wrong.stop()
+        gone.stop()
+    assert wrong_log.count("Redis refused the credentials") == 1, wrong_log
+    assert "a configuration error" in wrong_log
+    assert wrong_log.count("still refuses the credentials after") in (1, 2), wrong_log
+    assert "unreachable" not in wrong_log and "retry 1 in" not in wrong_log
+    assert "wrong@" not in wrong_log  # no secret in the log
+    assert gone_log.count("beat: Redis unavailable (ConnectionError") == 1, gone_log
+    assert gone_log.count("still unavailable after") in (1, 2), gone_log
+    assert len(re.findall(r"WARNING|ERROR", gone_log)) <= 5, gone_log
+
+
+def test_a_setting_of_the_wrong_type_is_one_error_naming_it(fake_app):
+    fake_app.conf.redbeat_lock_timeout = "abc"
+    fake_app.conf.redbeat_history_length = "ten"
+    fake_app.conf.redbeat_exit_on_lock_loss = "perhaps"
+    with pytest.raises(SettingError) as error:
+        RedBeatConfig(fake_app)
+    assert error.value.problems == [
+        "redbeat_lock_timeout='abc' is not a number",
+        "redbeat_history_length='ten' is not a whole number",
+        "redbeat_exit_on_lock_loss='perhaps' is not true or false",
+    ]
+
+
+def test_settings_as_text_are_read_as_meant(fake_app):
+    fake_app.conf.update(redbeat_lock_timeout="30", redbeat_exit_on_lock_loss="false",
+                         redbeat_deterministic_task_ids="0", redbeat_batch_size="50")
+    config = RedBeatConfig(fake_app)
+    assert config.lock_timeout == 30.0 and config.batch_size == 50
+    assert config.exit_on_lock_loss is False and config.deterministic_task_ids is False
+
+
+def test_unknown_settings_are_warned_with_the_closest_name(fake_app):
+    conf = {"redbeat_redis_ulr": "x", "REDBEAT_LOCK_TIMOUT": 3, "CELERY_REDBEAT_KEY_PREFX": "p",
+            "redbeat_redis_url": "y", "OTHER_REDBEAT_THING": 1, "redbeat_zzz": 2}
+    assert unknown_settings(conf, "CELERY") == [
+        "unknown setting CELERY_REDBEAT_KEY_PREFX is ignored; did you mean redbeat_key_prefix?",
+        "unknown setting REDBEAT_LOCK_TIMOUT is ignored; did you mean redbeat_lock_timeout?",
+        "unknown setting redbeat_redis_ulr is ignored; did you mean redbeat_redis_url?",
+        "unknown setting redbeat_zzz is ignored",
+    ]
+
+
+def test_beat_reports_bad_settings_in_one_line_and_warnings_in_its_log(tmp_path, redis_server):
+    bad = Cluster(tmp_path, redis_server.url, "memory://", redbeat_lock_timeout="abc")
+    beat = bad.beat("bad")
+    assert beat.process.wait(30) == 1
+    log = beat.log()
+    assert "beat: invalid redbeat setting: redbeat_lock_timeout='abc' is not a number" in log
+    assert "Traceback" not in log
+    typo = Cluster(tmp_path, redis_server.url, "memory://", redbeat_redis_ulr="redis://x",
+                   redbeat_lock_timeout=2)
+    beat = typo.beat("typo")
+    try:
+        beat.wait_for("Leading as")
+        time.sleep(1.5)
+        log = beat.log()
+    finally:
+        typo.stop()
+    # both reach Celery's log (formatted by its handler, after "Starting..."), once
+    after_start = log[log.index("beat: Starting..."):]
+    assert re.search(r"WARNING/MainProcess\] beat: unknown setting redbeat_redis_ulr is "
+                     r"ignored; did you mean redbeat_redis_url\?", after_start), log
+    assert re.search(r"WARNING/MainProcess\] beat: redbeat_lock_timeout=2s is too close to "
+                     r"the 1s poll interval; using 4s", after_start), log
+    assert log.count("too close") == 1 and log.count("redbeat_redis_ulr") == 1
