@@ -196,3 +196,122 @@ def test_list_show_export_survive_a_deeply_nested_and_an_out_of_range_entry(run,
     assert "cannot be computed" in run("show", "huge").output
     exported = json.loads(run("export").output)
     assert {record["name"] for record in exported["entries"]} >= {"deep", "huge"}
+
+
+# -- the global options under `celery -A proj redbeat` -----------------------------------
+
+PROJECT = """
+from celery import Celery
+app = Celery("proj", broker="memory://")
+app.conf.redbeat_redis_url = {url!r}
+app.conf.timezone = "Europe/Paris"
+# kombu's option: must never reach redis-py (it refuses unknown keyword arguments)
+app.conf.broker_transport_options = {{"visibility_timeout": 3600}}
+"""
+
+
+def celery_redbeat(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "celery", "-A", "proj", "redbeat", *args],
+                          capture_output=True, text=True, cwd=directory, timeout=60)
+
+
+@pytest.fixture
+def project(redis_server, tmp_path):
+    (tmp_path / "proj.py").write_text(PROJECT.format(url=redis_server.url))
+    app = make_app(redis_server.url)
+    for name in ("live-a", "live-b"):
+        RedBeatSchedulerEntry(name, "tasks.live", 3600.0, app=app).save()
+    return tmp_path
+
+
+def test_celery_form_works_with_broker_transport_options(project):
+    listing = celery_redbeat(project, "list")
+    assert listing.returncode == 0, listing.stderr
+    assert "live-a" in listing.stdout and "TypeError" not in listing.stderr
+
+
+def test_celery_form_honours_prefix(project, redis_server):
+    export = project / "big.json"
+    export.write_text(json.dumps({"format": "redbeat-export/1", "prefix": "x", "entries": [
+        {"name": "new-one", "score": 0, "static": False, "meta": None, "definition": {
+            "name": "new-one", "task": "tasks.new", "schedule": {
+                "__type__": "interval", "every": 60, "relative": False}}}]}))
+    dry = celery_redbeat(project, "--prefix", "newprefix:", "import", str(export), "--prune",
+                         "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "would write 1, unchanged 0, would prune 0" in dry.stdout, dry.stdout
+    assert "live-a" not in dry.stdout
+    done = celery_redbeat(project, "--prefix", "newprefix:", "import", str(export), "--prune")
+    assert done.returncode == 0 and "pruned 0" in done.stdout
+    client = redis_server.client()
+    assert client.exists("newprefix:new-one") and client.exists("redbeat:live-a")
+    assert "new-one" in celery_redbeat(project, "--prefix", "newprefix:", "list").stdout
+    assert "new-one" not in celery_redbeat(project, "list").stdout
+
+
+def test_celery_form_honours_url_and_timezone(project, redis_server):
+    other = redis_server.url[:-1] + "3"  # db 3 of the same server
+    RedBeatSchedulerEntry("elsewhere", "tasks.e", 60.0, app=make_app(other)).save()
+    listing = celery_redbeat(project, "--url", other, "list", "--json")
+    assert listing.returncode == 0, listing.stderr
+    assert [record["name"] for record in json.loads(listing.stdout)] == ["elsewhere"]
+    client = redis_server.client()
+    client.zadd("redbeat::schedule", {"redbeat:live-a": 1_900_000_000})  # 2030-03-17T17:46:40Z
+    shown = {zone: celery_redbeat(project, *args, "list").stdout for zone, args in (
+        ("app", ()), ("tokyo", ("--timezone", "Asia/Tokyo")))}
+    assert "2030-03-17 18:46:40" in shown["app"]  # the app's zone, Europe/Paris
+    assert "2030-03-18 02:46:40" in shown["tokyo"]
+    bad = celery_redbeat(project, "--timezone", "Nowhere/Zone", "list")
+    assert bad.returncode == 5 and "--timezone: unknown time zone" in bad.stderr
+
+
+def test_celery_form_honours_timeout(tmp_path):
+    """A server that accepts connections and never answers: --timeout bounds the wait,
+    even when the app's settings retry forever."""
+    import socket
+    import time
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    port = silent.getsockname()[1]
+    (tmp_path / "proj.py").write_text(
+        "from celery import Celery\n"
+        "app = Celery('proj', broker='memory://')\n"
+        f"app.conf.redbeat_redis_url = 'redis://127.0.0.1:{port}/0'\n"
+        "app.conf.redbeat_redis_options = {'retry_period': -1, 'socket_timeout': 60}\n")
+    try:
+        started = time.monotonic()
+        result = celery_redbeat(tmp_path, "--timeout", "1", "list")
+        took = time.monotonic() - started
+    finally:
+        silent.close()
+    assert result.returncode == 4 and "unreachable" in result.stderr, result.stderr
+    assert took < 8, took  # one attempt of 1 s (plus the interpreter's start), not 60 s
+
+
+def test_the_apps_settings_object_is_never_changed(redis_server):
+    from redbeat.cli import for_cli
+    from redbeat.settings import ensure_conf
+
+    app = make_app(redis_server.url, broker_transport_options={"visibility_timeout": 3600})
+    original = ensure_conf(app)
+    before = (dict(original.redis_options), original.redis_options_from_redbeat,
+              original.key_prefix)
+    for_cli(app, None, "other:", 2.0)
+    assert (dict(original.redis_options), original.redis_options_from_redbeat,
+            original.key_prefix) == before
+    copy = ensure_conf(app)
+    assert copy is not original and copy.key_prefix == "other:"
+    assert copy.lock_key == "other::lock"
+    assert copy.redis_options == {"retry_period": 0, "socket_connect_timeout": 2.0,
+                                  "socket_timeout": 2.0}
+
+
+def test_celery_form_warns_about_unknown_settings(project):
+    source = (project / "proj.py").read_text() + "app.conf.redbeat_lock_timout = 30\n"
+    (project / "proj.py").write_text(source)
+    listing = celery_redbeat(project, "list")
+    assert listing.returncode == 0, listing.stderr
+    assert ("warning: unknown setting redbeat_lock_timout is ignored; did you mean "
+            "redbeat_lock_timeout?") in listing.stderr

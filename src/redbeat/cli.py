@@ -12,12 +12,13 @@ the credentials (authentication or ACL).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
-from typing import Any
+from datetime import datetime, timezone, tzinfo
+from typing import Any, NoReturn
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
@@ -26,8 +27,9 @@ from celery import Celery
 from celery.schedules import crontab, schedule, solar
 
 from . import health, legacy, manage
-from .connection import redact
-from .entry import InvalidEntry, RedBeatSchedulerEntry
+from .connection import CLIENT_ATTRIBUTE, OWN_OPTIONS, redact
+from .entry import CACHE_ATTRIBUTE, STORE_ATTRIBUTE, InvalidEntry, RedBeatSchedulerEntry
+from .keys import KeyLayout
 from .lock import Holder
 from .nexttime import next_after
 from .policy import EntryPolicy
@@ -37,30 +39,98 @@ from .settings import ensure_conf
 
 EXIT_FAILED, EXIT_NOT_FOUND, EXIT_UNREACHABLE, EXIT_INVALID, EXIT_AUTH = 1, 3, 4, 5, 6
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+DEFAULT_TIMEOUT = 5.0
+SESSION = "redbeat.session"
+
+
+@dataclasses.dataclass
+class Session:
+    """The global options, applied when a command first needs the schedule (so help
+    and ``--version`` need no Redis), the same way in both forms of the command."""
+
+    url: str | None
+    prefix: str | None
+    zone: str | None
+    timeout: float | None
+    #: the app ``celery -A proj`` loaded; None for the standalone ``redbeat``
+    celery_app: Celery | None = None
+    app: Celery | None = None
+
+    def resolve(self) -> Celery:
+        if self.app is None:
+            base = self.celery_app if self.celery_app is not None else self._standalone()
+            self.app = for_cli(base, self.url, self.prefix, self.timeout)
+        return self.app
+
+    def _standalone(self) -> Celery:
+        if not self.url:
+            raise click.UsageError("give --url (or REDBEAT_REDIS_URL)")
+        app = Celery("redbeat-cli", set_as_current=False)
+        app.conf.update(redbeat_redis_url=self.url, timezone=self.zone or "UTC",
+                        redbeat_redis_options={})
+        if self.prefix:
+            app.conf.redbeat_key_prefix = self.prefix
+        return app
+
+    @property
+    def shown_zone(self) -> tzinfo:
+        """Where times are shown: ``--timezone``, else the app's zone (UTC standalone)."""
+        if self.zone:
+            return ZoneInfo(self.zone)
+        return self.resolve().timezone
+
+
+def for_cli(app: Celery, url: str | None, prefix: str | None,
+            timeout: float | None) -> Celery:
+    """``app`` with a copy of its redbeat settings in which ``--url``/``--prefix`` (when
+    given) replace the app's, and Redis is asked to answer within ``--timeout`` seconds
+    with no retries: a command line must answer quickly, not retry for the scheduler's
+    retry period.
+
+    The app's own settings object is never changed (other code in the process may hold
+    it), and options the settings borrowed from ``broker_transport_options`` are not
+    handed to the Redis client (``visibility_timeout`` is a kombu option redis-py
+    refuses): only the ones redbeat itself reads from there are kept, as the scheduler
+    does. The copy goes on the app with a store and client of its own."""
+    config = ensure_conf(app)
+    for notice in config.notices:
+        click.echo(f"warning: {notice}", err=True)
+    options = {name: value for name, value in config.redis_options.items()
+               if config.redis_options_from_redbeat or name in OWN_OPTIONS}
+    options["retry_period"] = 0
+    for name in ("socket_connect_timeout", "socket_timeout"):
+        if timeout is not None:
+            options[name] = timeout
+        else:
+            options.setdefault(name, DEFAULT_TIMEOUT)
+    changes: dict[str, Any] = {"app": None, "redis_options": options,
+                               "redis_options_from_redbeat": True, "notices": []}
+    if url:
+        changes.update(redis_url=url, redis_url_is_fallback=False)
+    if prefix:
+        own_lock = config.lock_key == KeyLayout(config.key_prefix).lock
+        changes.update(key_prefix=prefix,
+                       lock_key=KeyLayout(prefix).lock if own_lock else config.lock_key)
+    copy = dataclasses.replace(config, **changes)  # app=None: nothing is read again
+    copy.app = app
+    app.redbeat_conf = copy
+    for attribute in (STORE_ATTRIBUTE, CLIENT_ATTRIBUTE, CACHE_ATTRIBUTE):
+        if getattr(app, attribute, None) is not None:
+            setattr(app, attribute, None)
+    return app
+
+
+def _session(ctx: click.Context) -> Session:
+    session = ctx.meta.get(SESSION)
+    if not isinstance(session, Session):
+        raise click.UsageError("no Celery app: use --url or `celery -A proj redbeat`")
+    return session
 
 
 def _app(ctx: click.Context) -> Celery:
-    """The app: ours (standalone) or the one ``celery -A`` loaded."""
-    context: click.Context | None = ctx
-    while context is not None:
-        obj = context.obj
-        if isinstance(obj, Celery):
-            return obj
-        app = getattr(obj, "app", None)
-        if isinstance(app, Celery):
-            _fail_fast(app, timeout=5.0)
-            return app
-        context = context.parent
-    raise click.UsageError("no Celery app: use --url or `celery -A proj redbeat`")
-
-
-def _fail_fast(app: Celery, timeout: float) -> None:
-    """A command line must answer quickly, not retry for the scheduler's retry period."""
-    options = ensure_conf(app).redis_options
-    options.setdefault("retry_period", 0)
-    options.setdefault("socket_connect_timeout", timeout)
-    options.setdefault("socket_timeout", timeout)
-    ensure_conf(app).redis_options_from_redbeat = True
+    """The app the command works on: ours (standalone) or the one ``celery -A`` loaded,
+    with the global options applied."""
+    return _session(ctx).resolve()
 
 
 class NotFound(LookupError):
@@ -107,7 +177,7 @@ def auth_message(exc: BaseException) -> str:
     return f"Redis refused this user the command ({type(exc).__name__}: {text}); check its ACL"
 
 
-def fail(message: str, code: int) -> None:
+def fail(message: str, code: int) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
 
@@ -149,10 +219,10 @@ def _seconds_in_words(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def _when(moment: datetime | None, app: Celery) -> str:
+def _when(moment: datetime | None, zone: tzinfo) -> str:
     if moment is None:
         return "-"
-    return moment.astimezone(app.timezone).strftime("%Y-%m-%d %H:%M:%S")
+    return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _table(rows: list[list[str]], headers: list[str]) -> str:
@@ -318,25 +388,34 @@ def _json_option(text: str | None, what: str, kind: type) -> Any:
 
 
 @click.group(name="redbeat")
-@click.option("--url", envvar="REDBEAT_REDIS_URL", help="Redis URL of the schedule.")
-@click.option("--prefix", envvar="REDBEAT_KEY_PREFIX", default=None, help="Key prefix.")
-@click.option("--timezone", "zone", default="UTC", show_default=True,
-              help="Time zone for times shown and crontabs evaluated.")
-@click.option("--timeout", default=5.0, show_default=True, help="Seconds to wait for Redis.")
+@click.option("--url", envvar="REDBEAT_REDIS_URL",
+              help="Redis URL of the schedule (under celery: instead of the app's).")
+@click.option("--prefix", envvar="REDBEAT_KEY_PREFIX", default=None,
+              help="Key prefix (default redbeat:, or the app's under celery).")
+@click.option("--timezone", "zone", default=None,
+              help="Time zone times are shown in (default UTC, or the app's under celery; "
+                   "standalone, crontabs are evaluated in it too).")
+@click.option("--timeout", type=float, default=None,
+              help=f"Seconds to wait for Redis (default {DEFAULT_TIMEOUT:g}).")
 @click.pass_context
-def main(ctx: click.Context, url: str | None, prefix: str | None, zone: str,
-         timeout: float) -> None:
+def main(ctx: click.Context, url: str | None, prefix: str | None, zone: str | None,
+         timeout: float | None) -> None:
     """Manage a redbeat schedule in Redis."""
-    if ctx.obj is not None:
-        return  # under `celery -A proj redbeat`: the app is already there
-    if not url:
-        raise click.UsageError("give --url (or REDBEAT_REDIS_URL)")
-    app = Celery("redbeat-cli", set_as_current=False)
-    app.conf.update(redbeat_redis_url=url, timezone=zone, redbeat_redis_options={})
-    if prefix:
-        app.conf.redbeat_key_prefix = prefix
-    _fail_fast(app, timeout)
-    ctx.obj = app
+    try:
+        zone = parse_zone(zone, "--timezone")
+    except ValueError as exc:
+        fail(str(exc), EXIT_INVALID)
+    if timeout is not None and not timeout > 0:
+        fail("--timeout must be a positive number of seconds", EXIT_INVALID)
+    celery_app = getattr(ctx.obj, "app", None) if ctx.obj is not None else None
+    if ctx.obj is not None and not isinstance(celery_app, Celery):
+        raise click.UsageError("no Celery app: use --url or `celery -A proj redbeat`")
+    session = Session(url, prefix, zone, timeout, celery_app)
+    if ctx.obj is None:
+        if not url:
+            raise click.UsageError("give --url (or REDBEAT_REDIS_URL)")
+        ctx.obj = session
+    ctx.meta[SESSION] = session
 
 
 @main.command("list")
@@ -352,6 +431,7 @@ def list_command(ctx: click.Context, as_json: bool, pattern: str | None,
     from fnmatch import fnmatchcase
 
     app = _app(ctx)
+    zone = _session(ctx).shown_zone
     rows, records = [], []
     for info in manage.iter_entries(app):
         if pattern and not fnmatchcase(info.name, pattern) or state and info.state != state:
@@ -361,8 +441,8 @@ def list_command(ctx: click.Context, as_json: bool, pattern: str | None,
         entry = info.entry
         rows.append([
             info.name, record["task"] or "?", record["schedule"] or "?",
-            _when(info.next_run, app),
-            _when(_last_run(entry), app),
+            _when(info.next_run, zone),
+            _when(_last_run(entry), zone),
             str(record["runs"] if record["runs"] is not None else "-"),
             info.state + (" (static)" if info.static else ""),
         ])
@@ -383,6 +463,7 @@ def list_command(ctx: click.Context, as_json: bool, pattern: str | None,
 def show(ctx: click.Context, name: str, runs: int) -> None:
     """One entry: definition, meta, history, last change and upcoming runs."""
     app = _app(ctx)
+    zone = _session(ctx).shown_zone
     info = manage.get_entry(app, name)
     click.echo(f"{info.name}  ({info.key}, {info.state}{', static' if info.static else ''})")
     for field in ("definition", "meta", "changed"):
@@ -412,7 +493,7 @@ def show(ctx: click.Context, name: str, runs: int) -> None:
                 if moment is None:
                     click.echo("  (no more runs)")
                     break
-                click.echo(f"  {_when(moment, app)}")
+                click.echo(f"  {_when(moment, zone)}")
                 moment = next_after(info.entry.schedule, moment)
         except (OverflowError, ValueError) as exc:
             click.echo(f"  (cannot be computed: {exc})")
@@ -470,8 +551,8 @@ def add(ctx: click.Context, name: str, task: str, every: str | None, cron: str |
         policy=policy,
     )
     entry.save(changed_by="cli")
-    click.echo(f"saved {name}: {describe(entry.schedule)}, next run "
-               f"{_when(entry.due_at, entry.app) if entry.enabled else '(disabled)'}")
+    upcoming = _when(entry.due_at, _session(ctx).shown_zone) if entry.enabled else "(disabled)"
+    click.echo(f"saved {name}: {describe(entry.schedule)}, next run {upcoming}")
 
 
 def _simple(verb: str, action: Callable[[Celery, str], Any], done: str) -> None:
@@ -565,7 +646,7 @@ def status_command(ctx: click.Context) -> None:
     click.echo(f"pending:     {state.pending} slot(s) claimed, publish not yet confirmed")
     for name, score in state.next_due:
         moment = datetime.fromtimestamp(score, tz=timezone.utc)
-        click.echo(f"next:        {_when(moment, app)}  {name}")
+        click.echo(f"next:        {_when(moment, _session(ctx).shown_zone)}  {name}")
     for name, reason in state.quarantined:
         click.echo(f"quarantined: {name}: {reason}")
     click.echo(f"redis:       {state.redis_version}, maxmemory-policy "
