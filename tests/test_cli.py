@@ -9,6 +9,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -315,3 +316,61 @@ def test_celery_form_warns_about_unknown_settings(project):
     assert listing.returncode == 0, listing.stderr
     assert ("warning: unknown setting redbeat_lock_timout is ignored; did you mean "
             "redbeat_lock_timeout?") in listing.stderr
+
+
+# -- help, --version and the documentation ----------------------------------------------
+
+
+def every_command() -> list[str]:
+    return sorted(main.commands)
+
+
+@pytest.mark.parametrize("name", every_command())
+def test_every_command_has_help_without_url_or_redis(name):
+    env = {k: v for k, v in os.environ.items() if k != "REDBEAT_REDIS_URL"}
+    result = subprocess.run([sys.executable, "-m", "redbeat", name, "--help"],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    usage, _, rest = result.stdout.partition("\n\n")
+    assert usage.startswith(f"Usage: redbeat {name}")
+    description = rest.split("\n\nOptions:")[0].strip()
+    assert len(description) > 20, result.stdout  # real help text, not nothing
+
+
+def test_version_needs_no_redis():
+    import redbeat
+
+    result = subprocess.run([sys.executable, "-m", "redbeat", "--version"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == f"redbeat {redbeat.__version__}"
+
+
+def test_celery_form_has_help_and_version(tmp_path):
+    (tmp_path / "proj.py").write_text("from celery import Celery\n"
+                                      "app = Celery('proj', broker='memory://')\n"
+                                      "app.conf.redbeat_redis_url = 'redis://127.0.0.1:1/0'\n")
+    assert "Send an entry once now" in celery_redbeat(tmp_path, "run-now", "--help").stdout
+    assert celery_redbeat(tmp_path, "--version").stdout.startswith("redbeat ")
+
+
+def test_a_command_without_url_still_says_so():
+    env = {k: v for k, v in os.environ.items() if k != "REDBEAT_REDIS_URL"}
+    result = subprocess.run([sys.executable, "-m", "redbeat", "list"], capture_output=True,
+                            text=True, env=env, timeout=60)
+    assert result.returncode == 2 and "give --url" in result.stderr
+
+
+def test_docs_cli_lists_every_command_and_option():
+    """docs/cli.md is checked against the CLI itself, so neither can drift."""
+    doc = (Path(__file__).parent.parent / "docs" / "cli.md").read_text()
+    for param in main.params:
+        for opt in param.opts:
+            assert f"`{opt}" in doc or f" {opt}" in doc, opt
+    assert "`--version`" in doc
+    for name, cmd in main.commands.items():
+        rows = [line for line in doc.splitlines() if line.startswith(f"| `{name}")]
+        assert rows, f"docs/cli.md has no row for {name}"
+        for param in cmd.params:
+            if isinstance(param, click.Option):
+                for opt in param.opts:
+                    assert opt in rows[0], f"{name} {opt} missing from docs/cli.md"

@@ -26,7 +26,7 @@ import redis.exceptions
 from celery import Celery
 from celery.schedules import crontab, schedule, solar
 
-from . import health, legacy, manage
+from . import __version__, health, legacy, manage
 from .connection import CLIENT_ATTRIBUTE, OWN_OPTIONS, redact
 from .entry import CACHE_ATTRIBUTE, STORE_ATTRIBUTE, InvalidEntry, RedBeatSchedulerEntry
 from .keys import KeyLayout
@@ -397,6 +397,8 @@ def _json_option(text: str | None, what: str, kind: type) -> Any:
                    "standalone, crontabs are evaluated in it too).")
 @click.option("--timeout", type=float, default=None,
               help=f"Seconds to wait for Redis (default {DEFAULT_TIMEOUT:g}).")
+@click.version_option(__version__, "--version", prog_name="redbeat",
+                      message="%(prog)s %(version)s")
 @click.pass_context
 def main(ctx: click.Context, url: str | None, prefix: str | None, zone: str | None,
          timeout: float | None) -> None:
@@ -410,19 +412,19 @@ def main(ctx: click.Context, url: str | None, prefix: str | None, zone: str | No
     celery_app = getattr(ctx.obj, "app", None) if ctx.obj is not None else None
     if ctx.obj is not None and not isinstance(celery_app, Celery):
         raise click.UsageError("no Celery app: use --url or `celery -A proj redbeat`")
+    # nothing connects yet: a sub-command's --help must work without --url or Redis
     session = Session(url, prefix, zone, timeout, celery_app)
     if ctx.obj is None:
-        if not url:
-            raise click.UsageError("give --url (or REDBEAT_REDIS_URL)")
         ctx.obj = session
     ctx.meta[SESSION] = session
 
 
 @main.command("list")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per entry.")
+@click.option("--json", "as_json", is_flag=True, help="A JSON array: one object per entry.")
 @click.option("--pattern", default=None, help="Only names matching this glob.")
 @click.option("--state", type=click.Choice(["enabled", "disabled", "quarantined", "finished",
-                                            "unscheduled"]), default=None)
+                                            "unscheduled"]), default=None,
+              help="Only entries in this state.")
 @click.pass_context
 @command
 def list_command(ctx: click.Context, as_json: bool, pattern: str | None,
@@ -555,8 +557,10 @@ def add(ctx: click.Context, name: str, task: str, every: str | None, cron: str |
     click.echo(f"saved {name}: {describe(entry.schedule)}, next run {upcoming}")
 
 
-def _simple(verb: str, action: Callable[[Celery, str], Any], done: str) -> None:
-    @main.command(verb)
+def _simple(verb: str, action: Callable[[Celery, str], Any], done: str, help: str) -> None:
+    """A command taking one entry name. The help is given to click here: a docstring
+    assigned after the decorators ran never reaches ``--help``."""
+    @main.command(verb, help=help, short_help=help.split(". ")[0].rstrip("."))
     @click.argument("name")
     @click.pass_context
     @command
@@ -564,19 +568,25 @@ def _simple(verb: str, action: Callable[[Celery, str], Any], done: str) -> None:
         result = action(_app(ctx), name)
         click.echo(done.format(name=name, result=result))
 
-    run.__doc__ = f"{verb.capitalize().replace('-', ' ')} an entry by name."
 
-
-_simple("enable", lambda app, name: manage.set_enabled(app, name, True, "cli"), "enabled {name}")
+_simple("enable", lambda app, name: manage.set_enabled(app, name, True, "cli"), "enabled {name}",
+        "Enable a disabled entry. The leader schedules it again from its stored last run.")
 _simple("disable", lambda app, name: manage.set_enabled(app, name, False, "cli"),
-        "disabled {name}")
-_simple("delete", manage.delete_entry, "deleted {name}")
+        "disabled {name}",
+        "Disable an entry. It keeps its definition and history, is never sent, and costs "
+        "nothing per tick until enabled again.")
+_simple("delete", manage.delete_entry, "deleted {name}",
+        "Delete an entry and its history. A static entry (from beat_schedule) is written "
+        "again when a leader next syncs the statics: remove it from beat_schedule too.")
 _simple("run-now", manage.run_now, "queued {name} as {result}; the leader sends it within "
-        "a second")
+        "a second",
+        "Send an entry once now. The leader sends it at its next tick with the task id "
+        "<name>:run-now:<ms>; its schedule and run count are untouched.")
 
 
 @main.command("export")
-@click.option("--format", "fmt", type=click.Choice(["json", "yaml"]), default="json")
+@click.option("--format", "fmt", type=click.Choice(["json", "yaml"]), default="json",
+              show_default=True, help="Output format (yaml needs PyYAML).")
 @click.pass_context
 @command
 def export_command(ctx: click.Context, fmt: str) -> None:
@@ -595,7 +605,8 @@ def export_command(ctx: click.Context, fmt: str) -> None:
 @click.pass_context
 @command
 def import_command(ctx: click.Context, source: Any, dry_run: bool, prune: bool) -> None:
-    """Write the entries of an export (JSON or YAML); entries already equal are kept."""
+    """Write the entries of an export (JSON or YAML) from SOURCE, a file or - for
+    standard input; entries already equal are kept."""
     text = source.read()
     try:
         document = json.loads(text)
