@@ -17,9 +17,12 @@ released or expires. A lost lock or an unreachable Redis never ends the process 
 from __future__ import annotations
 
 import logging
+import math
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
+from queue import SimpleQueue
 from typing import Any
 
 import redis.exceptions
@@ -27,6 +30,7 @@ from celery import Celery
 from celery.beat import Scheduler
 from celery.schedules import crontab
 from celery.utils.time import humanize_seconds
+from kombu.common import ignore_errors
 from kombu.exceptions import OperationalError
 from kombu.utils.objects import cached_property
 
@@ -62,6 +66,7 @@ from .settings import (
     DEFAULT_POLL_INTERVAL,
     RedBeatConfig,
     SettingError,
+    conf_lookup,
     ensure_conf,
 )
 from .store import Fetch, LockLost, Op, Row, StaticWrite, load_script
@@ -69,6 +74,44 @@ from .store import Fetch, LockLost, Op, Row, StaticWrite, load_script
 logger = logging.getLogger("celery.beat")
 
 SENT, BROKER_DOWN = object(), object()
+
+#: ``redbeat_publish_timeout``'s default: the socket timeouts of beat's own connection
+#: to a Redis broker, so a publish to a broker that hangs instead of refusing ends.
+DEFAULT_PUBLISH_TIMEOUT = 3.0
+#: A Redis broker is pinged before a send when it has not answered for this long: a
+#: ping that hangs writes nothing, while a message written to a frozen broker is
+#: ambiguous (it lands when the broker wakes, after the send was given up for failed).
+PROBE_AFTER = 0.25
+#: Seconds ``close()`` waits for Redis to release the lock; then the lock is left to
+#: expire, so SIGTERM ends beat well inside a supervisor's grace period.
+CLOSE_TIMEOUT = 2.0
+
+
+class SendJob:
+    """One publish handed to the scheduler's publishing thread. Its outcome belongs to
+    the tick that waits for it, unless that tick gave up first: then the thread itself
+    records a send that went out late (the lock makes that one decision, not two)."""
+
+    def __init__(self, entry: RedBeatSchedulerEntry, task_id: str) -> None:
+        self.entry = entry
+        self.task_id = task_id
+        self.outcome: object = BROKER_DOWN
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.finished = False
+        self.given_up = False
+
+    def give_up(self) -> bool:
+        """Leave the outcome to the thread; False when it has already finished."""
+        with self.lock:
+            self.given_up = not self.finished
+            return self.given_up
+
+    def finish(self, outcome: object) -> bool:
+        """Record the outcome; True when the tick had given up on it."""
+        with self.lock:
+            self.outcome, self.finished = outcome, True
+            return self.given_up
 
 #: Hooks of celery-redbeat 2.4.2 that the batched tick does not call; a subclass (or
 #: instance) overriding one of them, or an entry class overriding one of ENTRY_HOOKS,
@@ -287,6 +330,10 @@ class RedBeatScheduler(Scheduler):
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """One pass; returns the seconds to sleep before the next."""
+        # a leader's tick renews the lease first thing: what the publishing thread
+        # measures its lease from (close() stops that thread; a tick starts it again)
+        self._renewed_at = time.monotonic()
+        self._closed = False
         if self.config.notices:
             self.config.log_notices()  # once, now that Celery's logging is in place
         try:
@@ -464,6 +511,67 @@ class RedBeatScheduler(Scheduler):
         return self.poll_interval
 
     # -- publishing ----------------------------------------------------------------------
+    #
+    # Sends run on one thread of their own (outside the per-entry path), and a tick waits
+    # for each at most half a poll interval. A broker that hangs instead of refusing then
+    # costs the tick that long once: until that send ends, every other send fails at once,
+    # so the slots stay pending, ticks keep their pace (renewing the lease, and claiming
+    # each slot on time rather than coalescing slots a stalled tick let pass) and the
+    # pending slots go out, oldest first, once the broker answers. A send that ends after
+    # its tick gave up on it is remembered and confirmed, so it is not sent twice.
+
+    _renewed_at = 0.0  # monotonic time of the lease's last renewal seen by this node
+    _closed = False
+    _jobs: SimpleQueue[SendJob | None] | None = None
+    _publisher: threading.Thread | None = None
+    _stuck: SendJob | None = None  # a send the tick stopped waiting for, still running
+    _broker_answered_at = -math.inf
+    _broker_down = False
+
+    @cached_property
+    def publish_timeout(self) -> float:
+        """``redbeat_publish_timeout`` (seconds): the socket timeouts of beat's own
+        connection to a Redis broker, so a send to a hung broker fails instead of
+        waiting forever (it then stays pending and is sent again)."""
+        value = conf_lookup(self.app.conf, "redbeat_publish_timeout", None)
+        if value is None:
+            return DEFAULT_PUBLISH_TIMEOUT
+        try:
+            timeout = float(value)
+        except (TypeError, ValueError):
+            timeout = math.nan
+        if not timeout > 0:  # read on the tick's path: a bad value must not stop beat
+            logger.warning("beat: redbeat_publish_timeout=%r is not a positive number; "
+                           "using %ss", value, DEFAULT_PUBLISH_TIMEOUT)
+            return DEFAULT_PUBLISH_TIMEOUT
+        return timeout
+
+    @cached_property
+    def connection(self) -> Any:
+        """Beat's broker connection. On a Redis broker its sockets time out after
+        :attr:`publish_timeout` (or sooner, as ``broker_transport_options`` say): without
+        a timeout, a broker that is frozen, or gone without closing the TCP connection,
+        holds a publish forever. Other transports keep their own settings."""
+        connection = self.app.connection_for_write()
+        if connection.transport.driver_type == "redis":
+            options = dict(connection.transport_options or {})
+            for name in ("socket_timeout", "socket_connect_timeout"):
+                given = options.get(name)
+                options[name] = (self.publish_timeout if given is None
+                                 else min(float(given), self.publish_timeout))
+            connection.transport_options = options
+        return connection
+
+    @cached_property
+    def producer(self) -> Any:
+        """A producer on :attr:`connection`, connected with one retry within
+        :attr:`publish_timeout` rather than Celery's ``broker_connection_max_retries``
+        (a hundred, minutes apart): a broker that is down fails this send, and the next
+        tick tries again."""
+        connection = self.connection.ensure_connection(
+            max_retries=1, interval_start=0, interval_step=0.5, interval_max=0.5,
+            timeout=self.publish_timeout)
+        return self.Producer(connection, auto_declare=False)
 
     def send_slot(self, entry: RedBeatSchedulerEntry, task_id: str) -> Any:
         """Publish one slot through Celery's ``apply_async`` with its slot task id."""
@@ -476,13 +584,15 @@ class RedBeatScheduler(Scheduler):
         on the way (the sent ones are still confirmed, so they are not sent twice)."""
         sent: list[str] = []
         extended_at = time.monotonic()
+        if claims:
+            self._renewed_at = extended_at  # the commit that claimed them renewed the lease
         for claim in claims:
             if lease is not None and time.monotonic() - extended_at > lease.timeout / 3:
                 # A slow broker must not let the lock lapse under a healthy leader. If it
                 # lapsed anyway, stop: the new leader re-sends what is still pending.
                 if not lease.renew():
                     return sent, True
-                extended_at = time.monotonic()
+                extended_at = self._renewed_at = time.monotonic()
             if self._try_send(claim.entry, claim.task_id) is BROKER_DOWN:
                 break
             sent.append(claim.task_id)
@@ -544,6 +654,125 @@ class RedBeatScheduler(Scheduler):
         return (OperationalError, OSError, *self.connection.connection_errors)
 
     def _try_send(self, entry: RedBeatSchedulerEntry, task_id: str) -> object:
+        """Publish one slot on the publishing thread, waiting for it at most half a poll
+        interval; BROKER_DOWN when the broker failed or has not answered by then (the
+        slot stays pending: nothing is lost, and the tick keeps its pace)."""
+        if self.per_entry:
+            return self._send(entry, task_id)  # inline: the hooks own the producer there
+        stuck = self._stuck
+        if stuck is not None:
+            if not stuck.done.is_set():
+                return BROKER_DOWN  # still waiting on the broker: do not queue behind it
+            self._stuck = None
+        if task_id in self._sent_late:
+            self._sent_late.discard(task_id)  # a send given up on that went out after all
+            return SENT
+        job = SendJob(entry, task_id)
+        self._send_queue().put(job)
+        if job.done.wait(min(self.poll_interval / 2, self.publish_timeout)) or not job.give_up():
+            job.done.wait()  # finished: at most the instant until its event is set
+            return job.outcome
+        self._stuck = job
+        if not self._broker_down:  # once an outage: its first stuck send
+            logger.warning("beat: The broker has not answered for %.1fs; slots stay pending "
+                           "until it does", min(self.poll_interval / 2, self.publish_timeout))
+        return BROKER_DOWN
+
+    @cached_property
+    def _sent_late(self) -> set[str]:
+        """Ids whose send ended (and was confirmed) after its tick gave up on it: a tick
+        that read them as pending before that confirmation must not send them again."""
+        return set()
+
+    def _send_queue(self) -> SimpleQueue[SendJob | None]:
+        """The publishing thread's queue, starting the thread when it is not running."""
+        if self._jobs is None or self._publisher is None or not self._publisher.is_alive():
+            self._jobs = SimpleQueue()
+            self._publisher = threading.Thread(target=self._publishing, args=(self._jobs,),
+                                               name="redbeat-publish", daemon=True)
+            self._publisher.start()
+        return self._jobs
+
+    def _publishing(self, jobs: SimpleQueue[SendJob | None]) -> None:
+        """The publishing thread: one send at a time, until close() queues None."""
+        while (job := jobs.get()) is not None:
+            outcome: object = BROKER_DOWN
+            try:
+                outcome = self._send_checked(job)
+            except BaseException:  # the thread must outlive any one send
+                logger.exception("beat: Publishing %s failed", job.task_id)
+            try:
+                if (job.finish(outcome) and outcome is SENT
+                        and self.config.delivery == AT_LEAST_ONCE):
+                    self._sent_late.add(job.task_id)  # for a tick that read it as pending
+                    self.store.confirm([job.task_id])  # and for whoever leads next
+            except Exception:
+                logger.exception("beat: Confirming %s failed", job.task_id)
+            finally:
+                job.done.set()
+
+    def _send_checked(self, job: SendJob) -> object:
+        """Send ``job`` unless this node may no longer send: it stopped leading, or its
+        lease may run out during the send (a tick stalled on Redis renews nothing); a
+        Redis broker that has been quiet is pinged first, so a hung one is found by a
+        ping that writes nothing rather than by a message it would deliver later."""
+        if not self._may_send():
+            return BROKER_DOWN
+        if time.monotonic() - self._broker_answered_at > PROBE_AFTER:
+            try:
+                self._ping_broker()
+            except Exception as exc:
+                if not isinstance(exc, self._broker_errors):
+                    raise
+                if not self._broker_down:
+                    logger.error("beat: Broker unavailable (%s); %s", exc,
+                                 "slots stay pending and are sent when it answers"
+                                 if self.config.delivery == AT_LEAST_ONCE
+                                 else "at-most-once: runs due meanwhile are lost")
+                self._broker_down = True
+                self._drop_producer()
+                return BROKER_DOWN
+            if not self._may_send():
+                return BROKER_DOWN
+        outcome = self._send(job.entry, job.task_id)
+        if outcome is BROKER_DOWN:
+            self._drop_producer()
+        else:
+            self._broker_answered_at = time.monotonic()
+            if self._broker_down:
+                logger.info("beat: Broker is back")
+                self._broker_down = False
+        return outcome
+
+    def _may_send(self) -> bool:
+        if self._closed or not self.leading:
+            return False
+        if self.lock is None:
+            return True
+        margin = min(self.publish_timeout, self.lock.timeout / 2)
+        return time.monotonic() - self._renewed_at < self.lock.timeout - margin
+
+    def _ping_broker(self) -> None:
+        """PING a Redis broker (through the pool the sends use); other transports have
+        no such probe and rely on their own timeouts."""
+        channel = self.producer.channel
+        if channel is None:
+            raise OperationalError("no channel to the broker")
+        acquire = getattr(channel, "conn_or_acquire", None)
+        if acquire is not None:
+            with acquire() as client:
+                client.ping()
+        self._broker_answered_at = time.monotonic()
+
+    def _drop_producer(self) -> None:
+        """Forget the broker connection after a failure: a failed publish can leave
+        Celery's producer without a channel, and the next send connects afresh."""
+        self.__dict__.pop("producer", None)
+        connection = self.__dict__.pop("connection", None)
+        if connection is not None:
+            ignore_errors(connection, connection.release)
+
+    def _send(self, entry: RedBeatSchedulerEntry, task_id: str) -> object:
         """Publish one slot. A broker that cannot be reached stops this round (the slot
         stays pending and is retried); a message the broker or Celery refuses for what
         it is (bad options, unserialisable arguments) would fail forever and block the
@@ -565,18 +794,50 @@ class RedBeatScheduler(Scheduler):
     # -- shutdown and introspection ------------------------------------------------------
 
     def close(self) -> None:
-        if self.leading and self.lock is not None:
-            try:
-                if self.store.release_lock(self.lock.name, self.lock.token):
-                    logger.info("beat: Released the lock")
-            except redis.exceptions.RedisError as exc:
-                logger.warning("beat: Could not release the lock: %s", exc)
-        try:
-            self.store.forget_node(self.node_id)
-        except redis.exceptions.RedisError:
-            pass  # the heartbeat goes stale by itself
+        """Stop publishing, release the lock and drop the heartbeat, in a bounded time
+        whatever Redis and the broker do.
+
+        Celery calls this twice on SIGTERM (from its signal handler, then as beat's loop
+        unwinds), possibly while the loop waits on a frozen Redis or broker. Redis gets
+        one attempt, on a thread waited for at most CLOSE_TIMEOUT seconds, and is left
+        to expire the lock otherwise; a send stuck on a hung broker is abandoned with
+        its connection (its slot is still pending) rather than waited for."""
+        if not self._closed:
+            self._closed = True
+            if self._jobs is not None:
+                self._jobs.put(None)  # the publishing thread ends after its current send
+                self._jobs = None  # and a scheduler used again starts another
+            self._farewell(self.lock if self.leading else None)
         self.leading = False
+        if self._stuck is not None and not self._stuck.done.is_set():
+            self.__dict__.pop("producer", None)
+            self.__dict__.pop("connection", None)
         super().close()
+
+    def _farewell(self, lock: Lease | None) -> None:
+        outcome: list[bool | BaseException] = []
+
+        def attempt() -> None:
+            try:
+                outcome.append(self.store.farewell(lock.name if lock else None,
+                                                   lock.token if lock else "", self.node_id))
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=attempt, name="redbeat-close", daemon=True)
+        thread.start()
+        thread.join(CLOSE_TIMEOUT)
+        if lock is None:
+            return  # the heartbeat goes stale by itself if Redis did not answer
+        expires = humanize_seconds(lock.timeout, prefix="within ")
+        if not outcome:
+            logger.warning("beat: Redis did not answer within %ss; the lock is not "
+                           "released and expires %s", CLOSE_TIMEOUT, expires)
+        elif isinstance(outcome[0], BaseException):
+            logger.warning("beat: Could not release the lock (%s); it expires %s",
+                           outcome[0], expires)
+        elif outcome[0]:
+            logger.info("beat: Released the lock")
 
     @property
     def schedule(self) -> dict[str, RedBeatSchedulerEntry]:

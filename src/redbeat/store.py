@@ -263,6 +263,19 @@ class ScheduleStore:
     def release_lock(self, lock_key: str, token: str) -> bool:
         return bool(self._run("release", [lock_key], [token]))
 
+    def farewell(self, lock_key: str | None, token: str, node_id: str) -> bool:
+        """Release the lock (when ``lock_key`` is given and ``token`` holds it) and drop
+        this node's heartbeat; returns whether the lock was released.
+
+        One attempt, outside the retry policy, unlike every other call here: it runs at
+        shutdown, where ten seconds of retries would outlast a supervisor's grace period,
+        and a lock nobody releases expires by itself anyway."""
+        released = False
+        if lock_key is not None:
+            released = bool(self._scripts["release"](keys=[lock_key], args=[token]))
+        self.client.hdel(self.keys.nodes, node_id)
+        return released
+
     def lock_holder(self, lock_key: str | None = None) -> tuple[str | None, int]:
         """The lock's value and remaining milliseconds (-2 when there is no lock)."""
         key = lock_key or self.keys.lock
