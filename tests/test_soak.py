@@ -1,0 +1,347 @@
+"""Soak: three real beat nodes for a minute while a seeded random writer pours valid and
+hostile writes into the schedule and the leader is killed (SIGKILL, then restarted) or
+frozen (SIGSTOP past its lock, then SIGCONT) at random.
+
+Hostile writes: malformed JSON, unknown schedule types, poison definitions, names that
+are internal keys (raw HSET/ZADD), members outside the prefix, garbage pending records,
+members whose hash is missing, JSON nested past the recursion limit. Sends are counted
+from the Redis broker's queue (nothing consumes it). At the end:
+
+- no slot under two task ids, no garbage published, and a slot twice (under its one id)
+  only when its leader froze or died around it (at-least-once, documented);
+- no node exited on its own, no "Redis unavailable" (Redis never went away);
+- every valid entry kept its cadence: at least 70% of its slots due while some node led;
+- every surviving valid entry's run count is the slots it sent or holds pending;
+- the other application's keys were never written.
+
+REDBEAT_SOAK_SEED overrides the seed (printed), REDBEAT_SOAK_SECONDS the duration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass
+
+import pytest
+import redis
+
+from conftest import make_app
+from redbeat import RedBeatSchedulerEntry
+from support.broker_audit import (
+    broker_messages,
+    ids_per_due_time,
+    repeated_ids,
+    slots_by_entry,
+)
+from support.processes import Cluster, wait_until
+from support.redis_server import RedisServer
+
+pytestmark = pytest.mark.e2e
+
+SEED = int(os.environ.get("REDBEAT_SOAK_SEED", "20261123"))
+DURATION = float(os.environ.get("REDBEAT_SOAK_SECONDS", "62"))
+LOCK_TIMEOUT = 3
+PREFIX = "redbeat:"
+SCHEDULE = "redbeat::schedule"
+PENDING = "redbeat::pending"
+INTERVALS = (1.0, 1.5, 2.0, 2.5, 3.0)
+MAX_LIVE = 10
+INTERVAL_JSON = {"__type__": "interval", "every": 1, "relative": False}
+DEEP = "[" * 100_000 + "]" * 100_000
+NESTED = '{"x": ' + '{"y": ' * 50_000 + "1" + "}" * 50_001
+#: meta and policy texts no entry can run with
+POISON_FIELDS = {
+    "meta": (DEEP, NESTED, "{", "[1]", '{"last_run_at": 5}', '{"total_run_count": "x"}',
+             '{"last_run_at": {"__type__": "datetime", "year": 99999}}'),
+    "policy": (DEEP, NESTED, "{", "[]", '{"jitter": "lots"}', '{"max_catch_up": 0}',
+               '{"start_time": 1e300}', '{"ttl": -1}', '{"sometime": 1}'),
+}
+
+
+@dataclass
+class Valid:
+    name: str
+    every: float
+    created_ms: int  # the grid's origin: its slots are created + k * every
+    ended: float | None = None  # deleted at (wall clock)
+
+
+def poison_definition(rng: random.Random, name: str) -> str:
+    kind = rng.randrange(7)
+    if kind == 0:
+        return f'{{"name": "{name}", "task": '
+    if kind == 1:
+        schedule = {"__type__": rng.choice(["lunar", "", "datetime", "crontab "]), "x": 1}
+        return json.dumps({"name": name, "task": "beatapp.record", "schedule": schedule})
+    if kind == 2:
+        return json.dumps({"name": name, "schedule": INTERVAL_JSON})
+    if kind == 3:
+        return json.dumps({"name": name, "task": "beatapp.record", "args": {},
+                           "schedule": INTERVAL_JSON})
+    if kind == 4:
+        return json.dumps({"name": name, "task": "beatapp.record",
+                           "schedule": {"__type__": "crontab", "minute": "99"}})
+    if kind == 5:
+        return json.dumps({"name": "someone-else", "task": "beatapp.record",
+                           "schedule": INTERVAL_JSON})
+    return (f'{{"name": "{name}", "task": "beatapp.record", "args": {DEEP}, '
+            f'"schedule": {json.dumps(INTERVAL_JSON)}}}')
+
+
+def garbage_pending(rng: random.Random, valid_key: str) -> str:
+    return rng.choice([
+        "not json", "[1, 2, 3]", "{}", DEEP, "\xff\xfe",
+        json.dumps({"key": valid_key}),
+        json.dumps({"key": valid_key, "definition": None, "due": 1e300}),
+        json.dumps({"key": valid_key, "definition": "{", "due": 1}),
+        json.dumps({"key": "otherapp:x", "definition": "[]", "due": "soon"}),
+        json.dumps({"key": valid_key, "definition_sha1": "0" * 40, "due": 1}),
+    ])
+
+
+class Writer(threading.Thread):
+    """Random writes, one every 0.1-0.4 s, from its own seeded generator."""
+
+    def __init__(self, url: str, seed: int) -> None:
+        super().__init__(daemon=True)
+        self.app = make_app(url)
+        self.client = redis.Redis.from_url(url, decode_responses=True)
+        self.raw = redis.Redis.from_url(url)  # DUMP gives bytes
+        self.rng = random.Random(seed)
+        self.stop = threading.Event()
+        self.valid: dict[str, Valid] = {}
+        self.done: dict[str, int] = {}
+        self.foreign: dict[str, bytes] = {}
+        self.failures: list[str] = []
+        self.poisons: dict[str, str] = {}  # name -> what was written, for failures
+        self.serial = 0
+
+    def live(self) -> list[Valid]:
+        return [v for v in self.valid.values() if v.ended is None]
+
+    def run(self) -> None:
+        kinds = ["create"] * 4 + ["edit"] * 3 + ["delete"] + [
+            "poison", "poison", "internal", "foreign", "pending", "ghost"]
+        while not self.stop.is_set():
+            kind = self.rng.choice(kinds)
+            self.serial += 1
+            try:
+                getattr(self, f"do_{kind}")()
+            except redis.ResponseError as exc:  # WRONGTYPE on an internal key: expected
+                kind = f"{kind} refused ({str(exc)[:9]})"
+            except Exception as exc:  # the writer's own failure fails the test
+                self.failures.append(f"{kind}: {exc!r}")
+            self.done[kind] = self.done.get(kind, 0) + 1
+            self.stop.wait(self.rng.uniform(0.1, 0.4))
+
+    def do_create(self) -> None:
+        if len(self.live()) >= MAX_LIVE:
+            return self.do_edit()
+        self.serial += 1
+        name, every = f"v{self.serial}", self.rng.choice(INTERVALS)
+        entry = RedBeatSchedulerEntry(name, "beatapp.record", every, args=[name, 0],
+                                      app=self.app).save()
+        self.valid[name] = Valid(name, every, round(entry.last_run_at.timestamp() * 1000))
+
+    def do_edit(self) -> None:
+        if self.live():
+            valid = self.rng.choice(self.live())
+            RedBeatSchedulerEntry(valid.name, "beatapp.record", valid.every,
+                                  args=[valid.name, self.serial], app=self.app).save()
+
+    def do_delete(self) -> None:
+        if len(self.live()) > 3:
+            valid = self.rng.choice(self.live())
+            RedBeatSchedulerEntry(valid.name, "beatapp.record", valid.every,
+                                  app=self.app).delete()
+            valid.ended = time.time()
+
+    def do_poison(self) -> None:
+        name = f"bad{self.serial}"
+        definition = poison_definition(self.rng, name)
+        self.poisons[name] = f"definition {definition[:60]}"
+        self.client.hset(PREFIX + name, "definition", definition)
+        if self.rng.random() < 0.5:  # a good definition, with a poisoned meta or policy
+            field = self.rng.choice(["meta", "policy"])
+            value = self.rng.choice(POISON_FIELDS[field])
+            self.poisons[name] = f"{field} {value[:60]}"
+            self.client.hset(PREFIX + name, mapping={
+                "definition": json.dumps({"name": name, "task": "beatapp.record",
+                                          "schedule": INTERVAL_JSON}),
+                field: value})
+        self.client.zadd(SCHEDULE, {PREFIX + name: self.rng.choice([0, time.time()])})
+
+    def do_internal(self) -> None:
+        key = self.rng.choice(["redbeat::nodes", "redbeat::pending", "redbeat::statics",
+                               "redbeat::schedule", "redbeat::lock"])
+        if key != "redbeat::lock":  # a hash at the lock key would stop every node
+            name = key[len(PREFIX):]
+            self.client.hset(key, "definition", json.dumps(
+                {"name": name, "task": "beatapp.record", "schedule": INTERVAL_JSON}))
+        self.client.zadd(SCHEDULE, {key: 0})
+
+    def do_foreign(self) -> None:
+        key = f"otherapp:{self.serial}"
+        self.client.hset(key, mapping={"definition": "theirs", "n": self.serial})
+        self.foreign[key] = self.raw.dump(key)  # type: ignore[assignment]
+        self.client.zadd(SCHEDULE, {key: self.rng.choice([0, -1, time.time()])})
+
+    def do_pending(self) -> None:
+        key = PREFIX + (self.rng.choice(self.live()).name if self.live() else "v0")
+        self.client.hset(PENDING, f"junk:{self.serial}", garbage_pending(self.rng, key))
+
+    def do_ghost(self) -> None:
+        self.client.zadd(SCHEDULE, {f"{PREFIX}ghost{self.serial}": 0})
+
+
+def lock_holder_pid(client: redis.Redis) -> int | None:
+    token = client.get("redbeat::lock")
+    parts = token.rsplit(":", 2) if token else []
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+
+
+class Chaos:
+    """Kills or freezes the leader (the live node holding the lock) every few seconds."""
+
+    def __init__(self, cluster: Cluster, client: redis.Redis, rng: random.Random) -> None:
+        self.cluster, self.client, self.rng = cluster, client, rng
+        self.nodes = [cluster.beat(f"beat{i}") for i in range(3)]
+        self.killed: list = []
+        self.windows: list[tuple[float, float, str]] = []  # (begin, end, action)
+        self.leaderless: list[tuple[float, float, str]] = []  # (begin, new leader, action)
+        self.takeovers: list[float] = []
+
+    def leader(self):
+        pid = lock_holder_pid(self.client)
+        return next((n for n in self.nodes if n.pid == pid and n.process.poll() is None
+                     and not n.paused), None)
+
+    def disrupt(self) -> None:
+        old = self.leader()
+        if old is None:
+            return
+        action = self.rng.choice(["kill", "freeze"])
+        begin = time.time()
+        if action == "kill":
+            old.kill()
+            self.nodes.remove(old)
+            self.killed.append(old)
+            self.nodes.append(self.cluster.beat(f"beat{len(self.nodes) + len(self.killed)}"))
+        else:
+            old.freeze()
+        wait_until(lambda: self.leader() not in (None, old), LOCK_TIMEOUT + 10, "a new leader")
+        self.takeovers.append(time.time() - begin)
+        self.leaderless.append((begin, time.time(), action))
+        if action == "freeze":
+            time.sleep(max(0.0, begin + LOCK_TIMEOUT + 1.5 - time.time()))
+            old.thaw()
+        self.windows.append((begin, time.time() + 1.5, action))
+
+
+def excused(due_s: float, windows: list[tuple[float, float, str]], margin: float = 1.5) -> bool:
+    """Due around a disruption: documented to be missed while no node led (coalesced
+    into one catch-up run) or, in flight when its leader went, sent twice under one id."""
+    return any(begin - margin <= due_s <= end for begin, end, _ in windows)
+
+
+def cadence(valid: Valid, sent: list[int], windows, until: float) -> tuple[int, int, int]:
+    """(slots sent, slots expected) among the entry's slots due while a node led, and all
+    the slots of its lifetime."""
+    step = round(valid.every * 1000)
+    end_ms = round(((valid.ended or until) - 1.0) * 1000)
+    grid = range(valid.created_ms + step, end_ms + 1, step)
+    expected = [due for due in grid if not excused(due / 1000 - 0.5, windows, 0.5)]
+    return len(set(expected) & set(sent)), len(expected), len(grid)
+
+
+def run_soak(tmp_path, redis_url: str, broker_url: str):
+    rng = random.Random(SEED)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    cluster = Cluster(tmp_path, redis_url, broker_url, redbeat_lock_timeout=LOCK_TIMEOUT)
+    writer = Writer(redis_url, rng.randrange(2**32))
+    for _ in range(4):
+        writer.do_create()
+    chaos = Chaos(cluster, client, random.Random(rng.randrange(2**32)))
+    try:
+        wait_until(lambda: chaos.leader() is not None, 20, "a first leader")
+        writer.start()
+        began = time.time()
+        while time.time() - began < DURATION - 6:
+            time.sleep(chaos.rng.uniform(5.0, 9.0))
+            chaos.disrupt()
+        time.sleep(max(0.0, began + DURATION - time.time()))
+        writer.stop.set()
+        writer.join(10)
+        until = time.time()
+        time.sleep(3.0)  # the leader re-sends what is still pending
+        alive = {n.name: n.process.poll() for n in chaos.nodes}
+    finally:
+        writer.stop.set()
+        cluster.stop()
+    exits = {n.name: n.process.returncode for n in chaos.nodes}
+    return writer, chaos, client, began, until, alive, exits
+
+
+def test_soak(tmp_path, redis_server):
+    print(f"\nsoak seed {SEED} (REDBEAT_SOAK_SEED), {DURATION:.0f} s")
+    with RedisServer() as broker:
+        writer, chaos, client, began, until, alive, exits = run_soak(
+            tmp_path, redis_server.url, broker.url)
+        messages = broker_messages(broker.url)
+    logs = {n.name: n.log() for n in chaos.nodes + chaos.killed}
+    text = "".join(logs.values())
+    repeats = repeated_ids(messages)
+    slots = slots_by_entry(messages)
+    pending = client.hkeys(PENDING)
+    unexcused = {t: n for t, n in repeats.items()
+                 if n > 2 or not excused(int(t.rsplit(":", 1)[1]) / 1000, chaos.windows)}
+    figures = {v.name: cadence(v, slots.get(v.name, []), chaos.leaderless, until)
+               for v in writer.valid.values()}
+    weak = {name: f for name, f in figures.items() if f[1] >= 3 and f[0] < 0.7 * f[1]}
+    sent_total = sum(f[0] for f in figures.values())
+    expected_total = sum(f[1] for f in figures.values())
+    lifetime_total = sum(f[2] for f in figures.values())
+    all_sent = sum(len(slots.get(name, [])) for name in figures)
+    tracebacks = [log[log.index("Traceback"):][:600] for log in logs.values()
+                  if "Traceback" in log]
+    print(f"writes {dict(sorted(writer.done.items()))}; {len(writer.valid)} valid entries")
+    print(f"disruptions {[a for _, _, a in chaos.windows]}, takeovers "
+          f"{[round(t, 1) for t in chaos.takeovers]} s; {len(messages)} messages, "
+          f"{len({m.task_id for m in messages})} distinct slots, same-id repeats {repeats}")
+    print(f"cadence: slots due while a node led, sent {sent_total}/{expected_total} = "
+          f"{sent_total / max(expected_total, 1):.0%}; all slots (catch-ups included) "
+          f"{all_sent}/{lifetime_total} = {all_sent / max(lifetime_total, 1):.0%}; per entry "
+          f"(led/all) { {n: f'{s}/{e}/{g}' for n, (s, e, g) in figures.items()} }")
+    print(f"logged: quarantined {text.count('Quarantined')}, not-an-entry "
+          f"{text.count('not a key of this')}, no hash {text.count('not an entry hash')}, "
+          f"dropped pending {text.count('Dropping unreadable pending')}, re-sends "
+          f"{text.count('Re-sending slot')}, catch-ups {text.count('missed slots from')}, "
+          f"Redis unavailable {text.count('Redis unavailable')}, errors logged "
+          f"{text.count('ERROR/MainProcess')}; tracebacks {tracebacks}")
+    print(f"alive before stop {alive}; exit codes {exits}; pending at the end {len(pending)}")
+
+    assert writer.failures == []
+    assert all(code is None for code in alive.values()), alive  # none exited on its own
+    assert all(code == 0 for code in exits.values()), exits
+    assert "Redis unavailable" not in text
+    assert "planning failed" not in text  # every hostile record is an invalid entry
+    published = {m.name for m in messages} - set(writer.valid)
+    assert not published, {name: writer.poisons.get(name) for name in published}
+    assert all(len(ids) == 1 for ids in ids_per_due_time(messages).values())
+    assert unexcused == {}, (unexcused, chaos.windows)
+    for valid in writer.valid.values():
+        step = round(valid.every * 1000)
+        assert all((due - valid.created_ms) % step == 0 for due in slots.get(valid.name, [])), \
+            valid  # every id names a real slot of the entry's grid
+    assert weak == {}, weak
+    counted = {v.name: RedBeatSchedulerEntry.from_key(PREFIX + v.name, app=writer.app)
+               for v in writer.live()}
+    for name, entry in counted.items():
+        held = {int(t.rsplit(":", 1)[1]) for t in pending if t.rsplit(":", 1)[0] == name}
+        assert entry.total_run_count == len(set(slots.get(name, [])) | held), name
+    untouched = {key for key, dumped in writer.foreign.items() if writer.raw.dump(key) == dumped}
+    assert untouched == set(writer.foreign)  # the other application's keys, never written
