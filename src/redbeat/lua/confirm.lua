@@ -28,12 +28,42 @@ for first = 1, #ids, 2000 do
   forgotten = forgotten + redis.call('HDEL', KEYS[1], unpack(ids, first, last))
 end
 -- (HGET and HSET, not HINCRBY: the commands an ACL user of docs/deployments.md has)
+local zeroed = {}
 for sha, count in pairs(released) do
   local left = (tonumber(redis.call('HGET', KEYS[2], sha .. ':refs')) or 0) - count
   if left <= 0 then
-    redis.call('HDEL', KEYS[2], sha, sha .. ':refs')
+    zeroed[#zeroed + 1] = sha
   else
     redis.call('HSET', KEYS[2], sha .. ':refs', left)
+  end
+end
+-- A count reaches zero with records still naming the definition when a record written
+-- by hand (never counted) was released: deleting the text would make the real held slots
+-- unreadable, and they would be dropped unsent. So a definition whose count ran out is
+-- deleted only if no record left names it; otherwise its count is set to the records'.
+-- (One scan, only when a count ran out while records remain: a broker outage's drain.)
+if #zeroed > 0 and redis.call('EXISTS', KEYS[1]) == 1 then
+  local naming, cursor = {}, '0'
+  repeat
+    local page = redis.call('HSCAN', KEYS[1], cursor, 'COUNT', 1000)
+    cursor = page[1]
+    for i = 2, #page[2], 2 do
+      local sha = string.match(page[2][i], '"definition_sha1": "(%x+)"')
+      if sha then
+        naming[sha] = (naming[sha] or 0) + 1
+      end
+    end
+  until cursor == '0'
+  for _, sha in ipairs(zeroed) do
+    if naming[sha] then
+      redis.call('HSET', KEYS[2], sha .. ':refs', naming[sha])
+    else
+      redis.call('HDEL', KEYS[2], sha, sha .. ':refs')
+    end
+  end
+else
+  for _, sha in ipairs(zeroed) do
+    redis.call('HDEL', KEYS[2], sha, sha .. ':refs')
   end
 end
 -- No record left, so no reference: whatever a record removed by hand left counted goes.
