@@ -212,3 +212,75 @@ def test_beat_reports_bad_settings_in_one_line_and_warnings_in_its_log(tmp_path,
     assert re.search(r"WARNING/MainProcess\] beat: redbeat_lock_timeout=2s is too close to "
                      r"the 1s poll interval; using 4s", after_start), log
     assert log.count("too close") == 1 and log.count("redbeat_redis_ulr") == 1
+
+
+# -- 4. failed dispatches are visible --------------------------------------------------
+
+FAIL_APP = """
+from celery import Celery
+app = Celery("failapp", broker={broker!r})
+app.conf.update(redbeat_redis_url={url!r}, timezone="UTC", beat_max_loop_interval=1)
+
+
+@app.task
+def strict(x):
+    return x
+"""
+
+
+def test_a_refused_dispatch_is_recorded_and_shown_as_failing(tmp_path, redis_server):
+    """A real beat sends an entry whose arguments the task's signature refuses (a
+    TypeError before anything reaches the broker): list, show and status say so, the
+    meta keeps 2.4.2's two keys, and the state clears once a dispatch goes out."""
+    import json
+
+    from conftest import make_app
+    from redbeat import RedBeatSchedulerEntry
+
+    url, broker = redis_server.url, redis_server.url[:-1] + "1"
+    (tmp_path / "failapp.py").write_text(FAIL_APP.format(url=url, broker=broker))
+    app = make_app(url)
+    RedBeatSchedulerEntry("bad", "failapp.strict", 1.0, args=[1, 2], app=app).save()
+    RedBeatSchedulerEntry("good", "failapp.strict", 1.0, args=[1], app=app).save()
+    log = tmp_path / "beat.log"
+    with open(log, "w") as out:
+        beat = subprocess.Popen([sys.executable, "-m", "celery", "-A", "failapp", "beat", "-S",
+                                 "redbeat.RedBeatScheduler", "-l", "info", "-s",
+                                 str(tmp_path / "schedule")],
+                                cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while log.read_text().count("cannot be published") < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert log.read_text().count("cannot be published") >= 3, log.read_text()
+        listing = json.loads(redbeat("--url", url, "list", "--json").stdout)
+        by_name = {record["name"]: record for record in listing}
+        assert by_name["bad"]["state"] == "failing" and by_name["bad"]["failed"] >= 3
+        assert "TypeError" in by_name["bad"]["last_failure"]["reason"]
+        assert by_name["good"]["state"] == "enabled" and by_name["good"]["failed"] == 0
+        table = redbeat("--url", url, "list").stdout
+        assert re.search(r"^bad .* \d+ \(\d+ failed\)\s+failing$", table, re.M), table
+        assert redbeat("--url", url, "list", "--state", "failing").stdout.count("\n") == 2
+        shown = redbeat("--url", url, "show", "bad").stdout
+        assert "(redbeat:bad, failing)" in shown and "FAILED: TypeError" in shown
+        assert re.search(r"failed dispatches: \d+ \(refused", shown), shown
+        status = redbeat("--url", url, "status").stdout
+        assert re.search(r"failing:     1 \(last dispatch refused .*; \d+ failed", status)
+        assert "failing:     bad: TypeError" in status, status
+        meta = json.loads(redis_server.client().hget("redbeat:bad", "meta"))
+        assert set(meta) == {"last_run_at", "total_run_count"}
+        # mended: the next slot goes out, and the entry is no longer failing
+        assert redbeat("--url", url, "add", "bad", "failapp.strict", "--every", "1s",
+                       "--args", "[3]").returncode == 0
+        sent = log.read_text().count("Sending due task bad")
+        deadline = time.monotonic() + 15
+        while log.read_text().count("Sending due task bad") < sent + 2 and \
+                time.monotonic() < deadline:
+            time.sleep(0.2)
+        after = {r["name"]: r for r in json.loads(redbeat("--url", url, "list",
+                                                          "--json").stdout)}
+        assert after["bad"]["state"] == "enabled" and after["bad"]["failed"] >= 3
+        assert "failing:     0" in redbeat("--url", url, "status").stdout
+    finally:
+        beat.terminate()
+        beat.wait(15)

@@ -28,7 +28,14 @@ from celery.schedules import crontab, schedule, solar
 
 from . import __version__, health, legacy, manage
 from .connection import CLIENT_ATTRIBUTE, OWN_OPTIONS, redact
-from .entry import CACHE_ATTRIBUTE, STORE_ATTRIBUTE, InvalidEntry, RedBeatSchedulerEntry
+from .entry import (
+    CACHE_ATTRIBUTE,
+    STORE_ATTRIBUTE,
+    InvalidEntry,
+    RedBeatSchedulerEntry,
+    store_for,
+)
+from .failures import failing_summary, read_failures
 from .keys import KeyLayout
 from .lock import Holder
 from .nexttime import next_after
@@ -241,16 +248,32 @@ def _last_run(entry: RedBeatSchedulerEntry | None) -> datetime | None:
     return entry.last_run_at
 
 
+def _state(info: manage.EntryInfo) -> str:
+    """The entry's state, ``failing`` for an enabled entry whose last dispatch Celery
+    or the broker refused (no slot has gone out since): such a run was claimed and
+    counted, and must not pass for a success."""
+    failures = read_failures(info.fields)
+    if (info.state == "enabled" and failures is not None and info.entry is not None
+            and failures.failing_since(info.entry.last_run_at)):
+        return "failing"
+    return info.state
+
+
 def _info_json(info: manage.EntryInfo) -> dict[str, Any]:
     entry = info.entry
     last_run = _last_run(entry)
+    failures = read_failures(info.fields)
+    last_failure = failures.last if failures else None
     return {
-        "name": info.name, "key": info.key, "state": info.state, "static": info.static,
+        "name": info.name, "key": info.key, "state": _state(info), "static": info.static,
         "task": entry.task if entry else None,
         "schedule": describe(entry.schedule) if entry else None,
         "next_run": info.next_run.isoformat() if info.next_run else None,
         "last_run": last_run.isoformat() if last_run else None,
         "runs": entry.total_run_count if entry else None,
+        "failed": failures.count if failures else 0,
+        "last_failure": {"task_id": last_failure.task_id, "at": last_failure.at.isoformat(),
+                         "reason": last_failure.reason} if last_failure else None,
         "quarantine": info.quarantine or info.error,
     }
 
@@ -422,31 +445,35 @@ def main(ctx: click.Context, url: str | None, prefix: str | None, zone: str | No
 @main.command("list")
 @click.option("--json", "as_json", is_flag=True, help="A JSON array: one object per entry.")
 @click.option("--pattern", default=None, help="Only names matching this glob.")
-@click.option("--state", type=click.Choice(["enabled", "disabled", "quarantined", "finished",
-                                            "unscheduled"]), default=None,
+@click.option("--state", type=click.Choice(["enabled", "failing", "disabled", "quarantined",
+                                            "finished", "unscheduled"]), default=None,
               help="Only entries in this state.")
 @click.pass_context
 @command
 def list_command(ctx: click.Context, as_json: bool, pattern: str | None,
                  state: str | None) -> None:
-    """All entries: name, task, schedule, next and last run, runs, state."""
+    """All entries: name, task, schedule, next and last run, runs (and failed ones),
+    state (failing: the last dispatch was refused)."""
     from fnmatch import fnmatchcase
 
     app = _app(ctx)
     zone = _session(ctx).shown_zone
     rows, records = [], []
     for info in manage.iter_entries(app):
-        if pattern and not fnmatchcase(info.name, pattern) or state and info.state != state:
+        if pattern and not fnmatchcase(info.name, pattern):
             continue
         record = _info_json(info)
+        if state and record["state"] != state:
+            continue
         records.append(record)
         entry = info.entry
+        runs = str(record["runs"] if record["runs"] is not None else "-")
         rows.append([
             info.name, record["task"] or "?", record["schedule"] or "?",
             _when(info.next_run, zone),
             _when(_last_run(entry), zone),
-            str(record["runs"] if record["runs"] is not None else "-"),
-            info.state + (" (static)" if info.static else ""),
+            runs + (f" ({record['failed']} failed)" if record["failed"] else ""),
+            record["state"] + (" (static)" if info.static else ""),
         ])
     if as_json:
         click.echo(json.dumps(records, indent=2))
@@ -463,11 +490,22 @@ def list_command(ctx: click.Context, as_json: bool, pattern: str | None,
 @click.pass_context
 @command
 def show(ctx: click.Context, name: str, runs: int) -> None:
-    """One entry: definition, meta, history, last change and upcoming runs."""
+    """One entry: definition, meta, history, failed dispatches, last change and upcoming
+    runs."""
     app = _app(ctx)
     zone = _session(ctx).shown_zone
     info = manage.get_entry(app, name)
-    click.echo(f"{info.name}  ({info.key}, {info.state}{', static' if info.static else ''})")
+    click.echo(f"{info.name}  ({info.key}, {_state(info)}"
+               f"{', static' if info.static else ''})")
+    _show_fields(info)
+    if info.quarantine or info.error:
+        click.echo(f"quarantined: {info.quarantine or info.error}")
+    _show_dispatches(info, zone)
+    if info.entry is not None and info.entry.enabled:
+        _show_next_runs(info.entry, zone, runs)
+
+
+def _show_fields(info: manage.EntryInfo) -> None:
     for field in ("definition", "meta", "changed"):
         raw = info.fields.get(field)
         if raw is not None:
@@ -480,25 +518,39 @@ def show(ctx: click.Context, name: str, runs: int) -> None:
                 click.echo("  " + json.dumps(json.loads(raw), indent=2).replace("\n", "\n  "))
             except (ValueError, RecursionError):
                 click.echo(f"  {raw}")
-    if info.quarantine or info.error:
-        click.echo(f"quarantined: {info.quarantine or info.error}")
+
+
+def _show_dispatches(info: manage.EntryInfo, zone: tzinfo) -> None:
+    """Recent dispatches, the refused ones marked, then the failures themselves."""
+    failures = read_failures(info.fields)
+    failed = failures.task_ids() if failures else {}
     if info.history:
         click.echo("recent dispatches:")
         for record in info.history:
+            failure = failed.get(str(record.get("task_id")))
             click.echo(f"  {record.get('task_id')}  due {record.get('due')}  "
-                       f"by {record.get('node')}")
-    if info.entry is not None and info.entry.enabled:
-        click.echo("next runs:")
-        try:
-            moment = info.entry.due_at
-            for _ in range(runs):
-                if moment is None:
-                    click.echo("  (no more runs)")
-                    break
-                click.echo(f"  {_when(moment, zone)}")
-                moment = next_after(info.entry.schedule, moment)
-        except (OverflowError, ValueError) as exc:
-            click.echo(f"  (cannot be computed: {exc})")
+                       f"by {record.get('node')}"
+                       + (f"  FAILED: {failure.reason}" if failure else ""))
+    if failures is not None:
+        click.echo(f"failed dispatches: {failures.count} (refused by Celery or the broker; "
+                   "not sent)")
+        for failure in failures.recent:
+            click.echo(f"  {failure.task_id}  at {_when(failure.at, zone)}  "
+                       f"{failure.reason}")
+
+
+def _show_next_runs(entry: RedBeatSchedulerEntry, zone: tzinfo, runs: int) -> None:
+    click.echo("next runs:")
+    try:
+        moment = entry.due_at
+        for _ in range(runs):
+            if moment is None:
+                click.echo("  (no more runs)")
+                break
+            click.echo(f"  {_when(moment, zone)}")
+            moment = next_after(entry.schedule, moment)
+    except (OverflowError, ValueError) as exc:
+        click.echo(f"  (cannot be computed: {exc})")
 
 
 @main.command()
@@ -660,6 +712,13 @@ def status_command(ctx: click.Context) -> None:
         click.echo(f"next:        {_when(moment, _session(ctx).shown_zone)}  {name}")
     for name, reason in state.quarantined:
         click.echo(f"quarantined: {name}: {reason}")
+    store = store_for(app)
+    failing = failing_summary(store.client, ensure_conf(app).keys, store.policy.call)
+    click.echo(f"failing:     {len(failing.failing)} (last dispatch refused by Celery or the "
+               f"broker; {failing.total} failed dispatch(es) recorded)")
+    for name, failure in failing.failing:
+        click.echo(f"failing:     {name}: {failure.reason} "
+                   f"(at {_when(failure.at, _session(ctx).shown_zone)})")
     click.echo(f"redis:       {state.redis_version}, maxmemory-policy "
                f"{state.eviction_policy or 'unknown (CONFIG GET refused)'}")
     if state.eviction_policy and state.eviction_policy.startswith("allkeys-"):

@@ -25,6 +25,9 @@ HISTORY_PREFIX = "history:"
 CHANGED = "changed"
 POLICY = "policy"
 MISFIRES = "misfires"
+#: Dispatches Celery or the broker refused (see lua/failure.lua): a count, the last
+#: one and a few recent ones, each with its reason and time.
+FAILURES = "failures"
 
 
 
@@ -64,6 +67,12 @@ class KeyLayout:
         return f"{self.prefix}:held-definitions"
 
     @property
+    def failing(self) -> str:
+        """Sorted set of the entries with a recorded failed dispatch (entry key -> epoch
+        of its last failure): what ``status`` counts without reading every entry."""
+        return f"{self.prefix}:failing"
+
+    @property
     def nodes(self) -> str:
         """Hash of scheduler heartbeats: node id -> "<role> <epoch seconds>"."""
         return f"{self.prefix}:nodes"
@@ -81,7 +90,7 @@ class KeyLayout:
         """The package's own keys: no entry may be named so that its key is one of them
         (an entry ``:lock`` would turn the lock into a hash no node can ever take)."""
         return frozenset({self.schedule, self.statics, self.pending, self.held_definitions,
-                          self.nodes, self.lock})
+                          self.nodes, self.lock, self.failing})
 
     def is_entry_key(self, key: str) -> bool:
         """Whether ``key`` can hold an entry of this schedule: under the prefix and not

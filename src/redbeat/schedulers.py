@@ -789,6 +789,8 @@ class RedBeatScheduler(Scheduler):
                 return BROKER_DOWN
             logger.error("beat: Slot %s of %s cannot be published (%r); dropped",
                          task_id, entry.name, cause)
+            # recorded on the entry, so list/show/status do not count it as a run
+            self.store.record_failure(entry.key, task_id, repr(cause), self.node_id)
         return SENT
 
     # -- shutdown and introspection ------------------------------------------------------

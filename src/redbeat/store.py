@@ -238,6 +238,17 @@ class ScheduleStore:
                       [json.dumps(ids, ensure_ascii=False),
                        json.dumps([list(miss) for miss in misfires], ensure_ascii=False)])
 
+    def record_failure(self, key: str, task_id: str, reason: str, node: str) -> bool:
+        """Record on the entry a dispatch Celery or the broker refused (see
+        redbeat.failures): one attempt, never raising, as it runs after the slot was
+        dropped, possibly on the publishing thread."""
+        from .failures import record_failure
+
+        script = getattr(self, "_failure_script", None)
+        if script is None:
+            script = self._failure_script = self.client.register_script(load_script("failure"))
+        return record_failure(self.client, script, self.keys, key, task_id, reason, node)
+
     def hold(self, task_id: str, message: str, definition: str) -> bool:
         """Hold one slot outside a tick (run-now) as commit.lua holds claimed ones;
         False when that task id was already pending."""

@@ -1,0 +1,147 @@
+"""Dispatches that did not go out: recorded on the entry, so they do not pass for runs.
+
+A slot Celery or the broker refuses for what it is (a ``TypeError`` from the task's
+signature, an argument the serializer cannot encode) would fail the same way forever,
+so the scheduler logs it and drops it instead of blocking the slots behind it. The run
+was claimed (the run count and history already name it), so without a record the CLI
+showed it as a success. The scheduler records each one (:func:`record_failure`, through
+``ScheduleStore.record_failure``) in the entry's ``failures`` field (never in ``meta``,
+which keeps celery-redbeat 2.4.2's two keys) and in the ``<prefix>:failing`` set that
+``status`` reads.
+
+An entry is *failing* while its last failure is not older than its last claimed slot:
+the next slot that goes out clears the state (the count stays, as history).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import redis.exceptions
+
+from .keys import FAILURES, META, KeyLayout
+
+logger = logging.getLogger("celery.beat")
+
+#: Failures kept per entry besides the count.
+RECENT = 5
+#: Longest reason stored (a repr of an exception can carry a whole argument).
+REASON_LIMIT = 500
+
+
+@dataclass(frozen=True)
+class Failure:
+    task_id: str
+    at: datetime
+    reason: str
+    node: str
+
+
+@dataclass(frozen=True)
+class Failures:
+    count: int
+    recent: tuple[Failure, ...]
+
+    @property
+    def last(self) -> Failure | None:
+        return self.recent[0] if self.recent else None
+
+    def failing_since(self, last_run_at: datetime | None) -> bool:
+        """Whether the last failure is at least as recent as the last claimed slot
+        (``meta``'s ``last_run_at``): no dispatch has gone out since it."""
+        last = self.last
+        if last is None:
+            return False
+        return last_run_at is None or last.at >= last_run_at
+
+    def task_ids(self) -> dict[str, Failure]:
+        return {failure.task_id: failure for failure in self.recent}
+
+
+def failure_json(task_id: str, reason: str, node: str, at: float) -> str:
+    moment = datetime.fromtimestamp(at, tz=timezone.utc)
+    return json.dumps({"task_id": task_id, "at": moment.isoformat(), "at_epoch": at,
+                       "reason": reason[:REASON_LIMIT], "node": node})
+
+
+def record_failure(client: Any, script: Any, keys: KeyLayout, key: str, task_id: str,
+                   reason: str, node: str, at: float | None = None) -> bool:
+    """Record one refused dispatch of the entry at ``key`` (one round trip). A record
+    that cannot be written is logged, never raised: the slot was already dropped, and
+    an error here must not turn into a broker outage or stop the publishing thread."""
+    at = time.time() if at is None else at
+    try:
+        return bool(script(keys=[key, keys.failing],
+                           args=[failure_json(task_id, reason, node, at), repr(at), RECENT],
+                           client=client))
+    except redis.exceptions.RedisError as exc:
+        logger.warning("beat: Could not record the failed dispatch %s: %s", task_id, exc)
+        return False
+
+
+def read_failures(fields: dict[str, str]) -> Failures | None:
+    """The entry's failure record (None when it has none or it cannot be read: it is
+    advisory, like the history)."""
+    raw = fields.get(FAILURES)
+    if not raw:
+        return None
+    try:
+        doc = json.loads(raw)
+        recent = tuple(_failure(item) for item in doc.get("recent") or () if isinstance(
+            item, dict))
+        return Failures(int(doc.get("count") or len(recent)), recent)
+    except (ValueError, TypeError, AttributeError, RecursionError):
+        return None
+
+
+def _failure(item: dict[str, Any]) -> Failure:
+    at = item.get("at_epoch")
+    moment = (datetime.fromtimestamp(float(at), tz=timezone.utc) if at is not None
+              else datetime.fromisoformat(str(item.get("at"))))
+    return Failure(str(item.get("task_id")), moment, str(item.get("reason")),
+                   str(item.get("node")))
+
+
+@dataclass(frozen=True)
+class FailingSummary:
+    """What ``status`` says about failed dispatches."""
+
+    #: entries whose last dispatch failed: (name, their last failure), newest first
+    failing: list[tuple[str, Failure]]
+    #: failed dispatches recorded on the entries that still exist
+    total: int
+
+
+def failing_summary(client: Any, keys: KeyLayout, call: Any) -> FailingSummary:
+    """Read the entries with a recorded failure (two round trips; ``call`` is the
+    store's retry policy) and tell which are failing now."""
+    from .entry import parse_meta
+
+    members = call(lambda: client.zrange(keys.failing, 0, -1, desc=True))
+    if not members:
+        return FailingSummary([], 0)
+
+    def read() -> Any:
+        with client.pipeline(transaction=False) as pipe:
+            for key in members:
+                pipe.hmget(key, FAILURES, META)
+            return pipe.execute()
+
+    failing, total = [], 0
+    for key, (raw, meta) in zip(members, call(read), strict=True):
+        failures = read_failures({FAILURES: raw} if raw else {})
+        if failures is None:
+            continue
+        total += failures.count
+        try:
+            last_run_at, _ = parse_meta(key, meta)
+        except ValueError:
+            last_run_at = None
+        if failures.failing_since(last_run_at) and failures.last is not None:
+            failing.append((keys.name_of(key), failures.last))
+    return FailingSummary(failing, total)
