@@ -1,15 +1,14 @@
 """The README's run command: beat on exampleconf with no Redis configured.
 
 It must start an embedded redis-server (logged as a development default), dispatch the
-example entries, and take the embedded server down with it on SIGTERM.
+example entries, and the embedded server must stop with the last process using it.
+(Sharing it between beat, a worker and the CLI: tests/test_first_hour.py.)
 """
 
 from __future__ import annotations
 
 import os
-import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from redbeat.embedded import find_redis_server
+from redbeat.embedded import find_redis_server, runtime_dir
 from support.redis_server import redis_required, redis_server_binary
 
 ROOT = Path(__file__).parent.parent
@@ -50,20 +49,24 @@ def test_readme_run_command_dispatches_with_an_embedded_redis(tmp_path):
     finally:
         beat.send_signal(signal.SIGTERM)
         beat.wait(15)
-    port = int(re.search(r"embedded redis-server at redis://127\.0\.0\.1:(\d+)", text).group(1))
-    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-        pass
+    directory = runtime_dir(ROOT / "exampleconf.py")
+    assert f"embedded redis-server at unix://{directory}/redis.sock" in text
+    deadline = time.monotonic() + 5
+    while directory.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not directory.exists()  # beat was its only user: the server went with it
     assert "Released the lock" in log.read_text()
 
 
-def test_embedded_server_answers(monkeypatch):
+def test_embedded_server_answers(tmp_path):
     if redis_server_binary() is None and not redis_required():
         pytest.skip("redis-server is not on PATH")
     import redis
 
     from redbeat import embedded
 
-    monkeypatch.setattr(embedded, "_started", {})
-    url = embedded.embedded_redis_url()
+    url = embedded.embedded_redis_url(tmp_path)
     assert redis.Redis.from_url(url).ping()
-    assert embedded.embedded_redis_url() == url  # once per process
+    assert embedded.embedded_redis_url(tmp_path) == url  # once per process
+    assert embedded.embedded_broker_url(tmp_path) == \
+        f"redis+socket://{embedded.runtime_dir(tmp_path)}/redis.sock"

