@@ -22,6 +22,7 @@ from support.broker_audit import (
     broker_messages,
     ids_per_due_time,
     lateness,
+    logged_lines,
     logged_sends,
     repeated_ids,
     slots_by_entry,
@@ -32,7 +33,7 @@ from support.redis_server import RedisServer
 pytestmark = pytest.mark.e2e
 
 EDIT_SECONDS = 20.0
-EVERY = {"edited": 1.0, "steady-1s": 1.0, "steady-2s": 2.0, "steady-3s": 3.0}
+EVERY = {"edited": 1.0, "steady-3s": 3.0, "steady-5s": 5.0, "steady-7s": 7.0}
 
 
 def edit_in_a_loop(app, seconds: float) -> tuple[int, float, float]:
@@ -54,8 +55,9 @@ def test_a_tight_edit_loop_sends_each_slot_once_and_keeps_the_cadence(tmp_path, 
     app = make_app(redis_server.url)
     now = datetime.now(timezone.utc)
     for name, every in EVERY.items():
-        # the others half a second out of phase: after a skipped commit the leader wakes
-        # for them, so a retried "edited" slot shows up about 0.5 s late in the log
+        # the others half a second out of phase and seldom due: a claim of "edited" whose
+        # commit was skipped must be read again at once, not when another entry wakes the
+        # leader (nor a second later, when the next slot is due too and both coalesce)
         phase = timedelta(0) if name == "edited" else timedelta(seconds=0.5)
         RedBeatSchedulerEntry(name, "beatapp.record", every, args=["v0"], app=app,
                               last_run_at=now - phase).save()
@@ -81,6 +83,8 @@ def test_a_tight_edit_loop_sends_each_slot_once_and_keeps_the_cadence(tmp_path, 
     in_window = [d for d in slots["edited"] if began * 1000 <= d <= ended * 1000]
     late = {tid: s for tid, s in lateness(logged_sends(logs)).items() if tid.startswith("edited:")}
     late_window = [s for tid, s in late.items() if began <= int(tid.split(":")[1]) / 1000 <= ended]
+    catch_ups = [when for when, line in logged_lines(logs, "beat: edited missed slots from")
+                 if began < when < ended + 1]
     counts = {name: RedBeatSchedulerEntry.from_key(f"redbeat:{name}", app=app).total_run_count
               for name in EVERY}
     print(f"\nedit race: {saves} saves in {ended - began:.1f}s "
@@ -89,8 +93,8 @@ def test_a_tight_edit_loop_sends_each_slot_once_and_keeps_the_cadence(tmp_path, 
           f"edited slots due while editing {len(in_window)} of {EDIT_SECONDS:.0f} expected; "
           f"edited send lateness median {statistics.median(late_window) * 1000:.0f} ms, "
           f"max {max(late_window) * 1000:.0f} ms, "
-          f"{sum(s > 0.25 for s in late_window)} sent >250 ms late (a skipped commit retried); "
-          f"{logs.count('missed slots from')} catch-up runs logged; "
+          f"{sum(s > 0.25 for s in late_window)} sent >250 ms late; "
+          f"catch-up runs of edited while editing: {len(catch_ups)}; "
           f"pending at the end {sorted(pending)}; exit codes {exits}")
 
     assert repeated_ids(messages) == {}
@@ -102,8 +106,9 @@ def test_a_tight_edit_loop_sends_each_slot_once_and_keeps_the_cadence(tmp_path, 
         # leader under the same id); a skipped claim counts as neither
         held = {int(t.rsplit(":", 1)[1]) for t in pending if t.rsplit(":", 1)[0] == name}
         assert counts[name] == len(set(due) | held), (name, counts, len(due), held)
-    # the edits neither starve the entry nor move it off its grid
-    assert len(in_window) >= 0.7 * EDIT_SECONDS, (len(in_window), slots["edited"])
+    # the edits neither starve the entry, nor move it off its grid, nor cost it a slot
+    assert catch_ups == [], catch_ups
+    assert len(in_window) >= EDIT_SECONDS - 1, (len(in_window), slots["edited"])
     # each slot is sent with the definition its claim was fenced with: never an older
     # version after a newer one, and the final version once the edits stopped
     versions = [version(m.argsrepr) for m in sorted(edited, key=lambda m: m.due_ms or 0)]

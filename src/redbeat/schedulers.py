@@ -371,11 +371,12 @@ class RedBeatScheduler(Scheduler):
         )
         plan = plan_batch(self.app, fetch.rows, now, policy, self.Entry)
         claims = plan.claims
+        skipped: set[str] = set()
         if plan.ops:
             skipped = self.store.commit(plan.ops, lease, policy.node, now_ts)
             if skipped:
                 # edited between the read and the commit: nothing was recorded, so
-                # nothing is sent; the next tick reads the new version
+                # nothing is sent; the next tick (at once, below) reads the new version
                 claims = [claim for claim in claims if claim.entry.key not in skipped]
         sent, lost = self._publish(claims, lease)
         if policy.at_least_once:
@@ -387,6 +388,10 @@ class RedBeatScheduler(Scheduler):
             raise LockLost(None)
         if now_ts >= self._sweep_at:
             self._sweep_parked(now_ts)
+        if skipped:
+            # still due: sleeping until the plan's next score would let the next slot come
+            # due too, and the two would be coalesced into one run (a slot lost to an edit)
+            return 0.0
         return self._sleep_after(fetch, plan, now_ts)
 
     # -- the per-entry path, for subclasses written against celery-redbeat 2.4.2 ----------

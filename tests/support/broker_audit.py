@@ -81,6 +81,16 @@ def logged_sends(log: str) -> list[tuple[float, str]]:
     return sends
 
 
+def logged_lines(log: str, text: str) -> list[tuple[float, str]]:
+    """(epoch seconds, line) of the log lines containing ``text``."""
+    found = []
+    for line in log.splitlines():
+        if text in line and line.startswith("[") and len(line) > 24:
+            stamp = datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            found.append((stamp, line))
+    return found
+
+
 def lateness(sends: list[tuple[float, str]]) -> dict[str, float]:
     """Seconds between each slot's due time and its first logged publish."""
     late: dict[str, float] = {}
