@@ -111,21 +111,14 @@ def read_history(fields: dict[str, str], history_length: int) -> list[dict[str, 
 
 def iter_entries(app: Celery, page: int = PAGE) -> Iterator[EntryInfo]:
     """Every entry in the schedule, in due order, parked and quarantined ones included."""
-    config = ensure_conf(app)
     store = store_for(app)
-    client = store.client
-    statics = set(store.policy.call(lambda: client.smembers(config.keys.statics)))
+    statics = store.static_names()
     start = 0
     while True:
-        members = store.policy.call(lambda s=start: client.zrange(  # type: ignore[misc]
-            config.keys.schedule, s, s + page - 1, withscores=True))
-        if not members:
+        rows = store.page(start, page)
+        if not rows:
             return
-        with client.pipeline(transaction=False) as pipe:
-            for key, _ in members:
-                pipe.hgetall(key)
-            replies = store.policy.call(pipe.execute)
-        for (key, score), fields in zip(members, replies, strict=True):
+        for key, score, fields in rows:
             if not fields and score == PARKED_SCORE:
                 continue  # a finished entry whose ttl ran out; the leader's sweep drops it
             yield _info(app, key, score, fields, statics)
@@ -138,18 +131,8 @@ def list_entries(app: Celery) -> list[EntryInfo]:
 
 def get_entry(app: Celery, name: str) -> EntryInfo:
     """One entry by name; KeyError when there is no such entry."""
-    config = ensure_conf(app)
-    store = store_for(app)
-    key = config.keys.entry(name)
-
-    def read() -> Any:
-        with store.client.pipeline(transaction=False) as pipe:
-            pipe.hgetall(key)
-            pipe.zscore(config.keys.schedule, key)
-            pipe.sismember(config.keys.statics, name)
-            return pipe.execute()
-
-    fields, score, static = store.policy.call(read)
+    key = ensure_conf(app).keys.entry(name)
+    fields, score, static = store_for(app).entry_record(key, name)
     if not fields:
         raise KeyError(name)
     return _info(app, key, score, fields, {name} if static else set())
@@ -173,7 +156,7 @@ def delete_entry(app: Celery, name: str) -> None:
     store = store_for(app)
     config = ensure_conf(app)
     store.delete(config.keys.entry(name))
-    store.policy.call(lambda: store.client.srem(config.keys.statics, name))
+    store.forget_static(name)
 
 
 def run_now(app: Celery, name: str) -> str:
@@ -247,66 +230,55 @@ def import_entries(app: Celery, document: dict[str, Any], dry_run: bool = False,
     store = store_for(app)
     existing = {info.name: info for info in iter_entries(app)}
     plan = ImportPlan()
-    with store.client.pipeline(transaction=True) as pipe:
-        for record in document["entries"]:
-            name = str(record["name"])
-            key = config.keys.entry(name)
-            if key in config.keys.internal:
-                raise ValueError(f"entry name {name!r} is reserved: its key {key!r} is one of "
-                                 "redbeat's own keys")
-            definition = _field_text(record.get(DEFINITION))
-            meta = _field_text(record.get(META))
-            policy = _field_text(record.get(POLICY))
-            if definition is None:
-                raise ValueError(f"entry {name!r} has no definition")
-            # stored as save() stores it: in a stub if celery-redbeat 2.4.2 cannot read it
-            definition = legacy.wrap(definition, name)
-            score = record.get("score")
-            score = float(score) if score is not None else 0.0
-            current = existing.get(name)
-            if current and current.fields.get(DEFINITION) == definition and \
-                    current.fields.get(META) == meta and current.score == score and \
-                    current.fields.get(POLICY) == policy:
-                plan.unchanged.append(name)
-                continue
-            plan.written.append(name)
-            pipe.hset(key, DEFINITION, definition)
-            pipe.hset(key, CHANGED, json.dumps({"at": datetime.now(timezone.utc).isoformat(),
-                                                "by": "import", "node": node_name()}))
-            if meta is not None:
-                pipe.hset(key, META, meta)
-            if policy is None:
-                pipe.hdel(key, POLICY)
-            else:
-                pipe.hset(key, POLICY, policy)
-            pipe.zadd(config.keys.schedule, {key: score})
-            if record.get("static"):
-                pipe.sadd(config.keys.statics, name)
-        names = {str(record["name"]) for record in document["entries"]}
-        if prune:
-            for name in sorted(set(existing) - names):
-                plan.pruned.append(name)
-                pipe.zrem(config.keys.schedule, config.keys.entry(name))
-                pipe.delete(config.keys.entry(name))
-                pipe.srem(config.keys.statics, name)
-        if not dry_run:
-            store.policy.call(pipe.execute)
+    writes: list[tuple[str, tuple[Any, ...]]] = []  # (pipeline method, arguments)
+    for record in document["entries"]:
+        name = str(record["name"])
+        key = config.keys.entry(name)
+        if key in config.keys.internal:
+            raise ValueError(f"entry name {name!r} is reserved: its key {key!r} is one of "
+                             "redbeat's own keys")
+        definition = _field_text(record.get(DEFINITION))
+        meta = _field_text(record.get(META))
+        policy = _field_text(record.get(POLICY))
+        if definition is None:
+            raise ValueError(f"entry {name!r} has no definition")
+        # stored as save() stores it: in a stub if celery-redbeat 2.4.2 cannot read it
+        definition = legacy.wrap(definition, name)
+        score = record.get("score")
+        score = float(score) if score is not None else 0.0
+        current = existing.get(name)
+        if current and current.fields.get(DEFINITION) == definition and \
+                current.fields.get(META) == meta and current.score == score and \
+                current.fields.get(POLICY) == policy:
+            plan.unchanged.append(name)
+            continue
+        plan.written.append(name)
+        changed = json.dumps({"at": datetime.now(timezone.utc).isoformat(),
+                              "by": "import", "node": node_name()})
+        writes += [("hset", (key, DEFINITION, definition)), ("hset", (key, CHANGED, changed))]
+        if meta is not None:
+            writes.append(("hset", (key, META, meta)))
+        writes.append(("hdel", (key, POLICY)) if policy is None
+                      else ("hset", (key, POLICY, policy)))
+        writes.append(("zadd", (config.keys.schedule, {key: score})))
+        if record.get("static"):
+            writes.append(("sadd", (config.keys.statics, name)))
+    names = {str(record["name"]) for record in document["entries"]}
+    if prune:
+        for name in sorted(set(existing) - names):
+            plan.pruned.append(name)
+            writes += [("zrem", (config.keys.schedule, config.keys.entry(name))),
+                       ("delete", (config.keys.entry(name),)),
+                       ("srem", (config.keys.statics, name))]
+    if writes and not dry_run:
+        store.write_batch(lambda pipe: [getattr(pipe, method)(*args) for method, args in writes])
     return plan
 
 
 def due_entries(app: Celery, now: float, limit: int = PAGE) -> list[RedBeatSchedulerEntry]:
     """Entries whose score is due at ``now`` (read only)."""
-    config = ensure_conf(app)
-    store = store_for(app)
-    keys: list[Any] = store.policy.call(
-        lambda: store.client.zrangebyscore(config.keys.schedule, 0, now, start=0, num=limit)
-    )
-    with store.client.pipeline(transaction=False) as pipe:
-        for key in keys:
-            pipe.hmget(key, DEFINITION, META)
-        replies = store.policy.call(pipe.execute)
     entries = []
-    for key, (definition, meta) in zip(keys, replies, strict=True):
+    for key, definition, meta in store_for(app).due_rows(now, limit):
         try:
             entries.append(RedBeatSchedulerEntry.decode(app, key, definition, meta))
         except InvalidEntry:
@@ -315,6 +287,9 @@ def due_entries(app: Celery, now: float, limit: int = PAGE) -> list[RedBeatSched
 
 
 # -- status ----------------------------------------------------------------------------
+
+#: Parked members whose quarantine reason ``status`` reads (the rest are only counted).
+QUARANTINE_SAMPLE = 50
 
 
 @dataclass
@@ -334,36 +309,17 @@ class Status:
 
 
 def status(app: Celery, now: float | None = None, upcoming: int = 5) -> Status:
-    """Everything ``redbeat status`` shows, read in two round trips."""
-    config = ensure_conf(app)
-    store = store_for(app)
-    keys = config.keys
+    """Everything ``redbeat status`` shows, read in two round trips whatever the schedule
+    size (quarantine reasons for at most ``QUARANTINE_SAMPLE`` parked entries)."""
+    keys = ensure_conf(app).keys
     now = time.time() if now is None else now
-
-    def read() -> Any:
-        with store.client.pipeline(transaction=False) as pipe:
-            pipe.get(keys.lock)
-            pipe.pttl(keys.lock)
-            pipe.zcard(keys.schedule)
-            pipe.zcount(keys.schedule, 0, now)
-            pipe.zrangebyscore(keys.schedule, 0, now, start=0, num=1, withscores=True)
-            pipe.zrangebyscore(keys.schedule, f"({now}", "+inf", start=0, num=upcoming,
-                               withscores=True)
-            pipe.zrangebyscore(keys.schedule, PARKED_SCORE, PARKED_SCORE)
-            pipe.hlen(keys.pending)
-            pipe.hgetall(keys.nodes)
-            pipe.info("server")
-            pipe.config_get("maxmemory-policy")
-            return pipe.execute(raise_on_error=False)
-
-    (holder, ttl, total, overdue, oldest, following, parked, pending, nodes, server,
-     policy) = store.policy.call(read)
-    with store.client.pipeline(transaction=False) as pipe:
-        for key in parked:
-            pipe.hget(key, QUARANTINE)
-        reasons = store.policy.call(pipe.execute) if parked else []
+    read = store_for(app).snapshot(now, upcoming, QUARANTINE_SAMPLE)
+    holder, ttl, total, overdue = read["holder"], read["ttl"], read["total"], read["overdue"]
+    oldest, following, parked, pending = (read["oldest"], read["following"], read["parked"],
+                                          read["pending"])
+    nodes, server, policy = read["nodes"], read["server"], read["policy"]
     quarantined = []
-    for key, raw in zip(parked, reasons, strict=True):
+    for key, raw in read["reasons"]:
         if raw:
             try:
                 reason = str(json.loads(raw).get("reason"))
@@ -377,7 +333,7 @@ def status(app: Celery, now: float | None = None, upcoming: int = 5) -> Status:
     return Status(
         lock_holder=holder, lock_ttl_ms=int(ttl), entries=int(total), overdue=int(overdue),
         most_late_s=max(0.0, now - oldest[0][1]) if oldest else 0.0,
-        parked=len(parked), pending=int(pending),
+        parked=int(parked), pending=int(pending),
         next_due=[(keys.name_of(key), score) for key, score in following],
         quarantined=quarantined, nodes=heartbeats,
         redis_version=server.get("redis_version", "?") if isinstance(server, dict) else "?",

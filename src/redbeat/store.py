@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .keys import CHANGED, DEFINITION, META, POLICY, QUARANTINE, KeyLayout
+from .keys import CHANGED, DEFINITION, META, PARKED_SCORE, POLICY, QUARANTINE, KeyLayout
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -385,3 +385,78 @@ class ScheduleStore:
     def score(self, key: str) -> float | None:
         return self.policy.call(lambda: self.client.zscore(self.keys.schedule, key))
 
+
+    # -- the operator API (redbeat.manage, the CLI) ---------------------------------------
+    # Each pipeline is built inside the function the retry policy calls: redis-py's
+    # Pipeline.execute empties the pipeline, so retrying a built one would run nothing.
+
+    def _pipelined(self, build: Callable[[Any], Any], transaction: bool = False,
+                   raise_on_error: bool = True) -> list[Any]:
+        def run() -> list[Any]:
+            with self.client.pipeline(transaction=transaction) as pipe:
+                build(pipe)
+                return pipe.execute(raise_on_error=raise_on_error)
+        return self.policy.call(run)
+
+    def static_names(self) -> set[str]:
+        return set(self.policy.call(lambda: self.client.smembers(self.keys.statics)))
+
+    def forget_static(self, name: str) -> None:
+        self.policy.call(lambda: self.client.srem(self.keys.statics, name))
+
+    def page(self, start: int, count: int) -> list[tuple[str, float, dict[str, str]]]:
+        """Members ``start`` .. ``start + count - 1`` in due order, each with its hash."""
+        members = self.policy.call(lambda: self.client.zrange(
+            self.keys.schedule, start, start + count - 1, withscores=True))
+        if not members:
+            return []
+        hashes = self._pipelined(lambda pipe: [pipe.hgetall(key) for key, _ in members])
+        return [(key, score, fields)
+                for (key, score), fields in zip(members, hashes, strict=True)]
+
+    def entry_record(self, key: str, name: str) -> tuple[dict[str, str], float | None, bool]:
+        """An entry's hash, its score and whether it is a static, in one round trip."""
+        fields, score, static = self._pipelined(lambda pipe: (
+            pipe.hgetall(key), pipe.zscore(self.keys.schedule, key),
+            pipe.sismember(self.keys.statics, name)))
+        return fields, score, bool(static)
+
+    def due_rows(self, now: float, limit: int) -> list[tuple[str, str | None, str | None]]:
+        """Key, definition and meta of up to ``limit`` entries due at ``now``."""
+        keys = self.policy.call(lambda: self.client.zrangebyscore(
+            self.keys.schedule, 0, now, start=0, num=limit))
+        if not keys:
+            return []
+        fields = self._pipelined(
+            lambda pipe: [pipe.hmget(key, DEFINITION, META) for key in keys])
+        return [(key, definition, meta)
+                for key, (definition, meta) in zip(keys, fields, strict=True)]
+
+    def write_batch(self, build: Callable[[Any], Any]) -> None:
+        """Writes queued by ``build`` on a transaction, applied all or nothing."""
+        self._pipelined(build, transaction=True)
+
+    def snapshot(self, now: float, upcoming: int, sample: int) -> dict[str, Any]:
+        """What ``redbeat status`` shows, in two round trips whatever the schedule size:
+        counts, the next ``upcoming`` members, and the quarantine reasons of at most
+        ``sample`` parked members (a status probe must not read every parked entry)."""
+        keys = self.keys
+        (holder, ttl, total, overdue, oldest, following, parked, parked_sample, pending,
+         nodes, server, policy) = self._pipelined(lambda pipe: (
+            pipe.get(keys.lock), pipe.pttl(keys.lock), pipe.zcard(keys.schedule),
+            pipe.zcount(keys.schedule, 0, now),
+            pipe.zrangebyscore(keys.schedule, 0, now, start=0, num=1, withscores=True),
+            pipe.zrangebyscore(keys.schedule, f"({now}", "+inf", start=0, num=upcoming,
+                               withscores=True),
+            pipe.zcount(keys.schedule, PARKED_SCORE, PARKED_SCORE),
+            pipe.zrangebyscore(keys.schedule, PARKED_SCORE, PARKED_SCORE, start=0, num=sample),
+            pipe.hlen(keys.pending), pipe.hgetall(keys.nodes), pipe.info("server"),
+            pipe.config_get("maxmemory-policy"),  # an ACL may refuse these two: not fatal
+        ), raise_on_error=False)
+        reasons = self._pipelined(
+            lambda pipe: [pipe.hget(key, QUARANTINE) for key in parked_sample]
+        ) if parked_sample else []
+        return {"holder": holder, "ttl": ttl, "total": total, "overdue": overdue,
+                "oldest": oldest, "following": following, "parked": parked,
+                "reasons": list(zip(parked_sample, reasons, strict=True)), "pending": pending,
+                "nodes": nodes, "server": server, "policy": policy}
