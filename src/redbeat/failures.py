@@ -122,7 +122,8 @@ def failing_summary(client: Any, keys: KeyLayout, call: Any) -> FailingSummary:
     store's retry policy) and tell which are failing now."""
     from .entry import parse_meta
 
-    members = call(lambda: client.zrange(keys.failing, 0, -1, desc=True))
+    # newest first; ZRANGE, not ZREVRANGE, which the documented ACL user lacks
+    members = list(reversed(call(lambda: client.zrange(keys.failing, 0, -1))))
     if not members:
         return FailingSummary([], 0)
 
