@@ -848,11 +848,10 @@ class RedBeatScheduler(Scheduler):
 
     @property
     def schedule(self) -> dict[str, RedBeatSchedulerEntry]:
-        """The entries due now and the next one due within two loop intervals, by name,
-        as 2.4.2 lists them (read only; the tick is what runs them)."""
-        now = self.clock()
+        """The entries due now and the one due next, by name, as 2.4.2 lists them (read
+        only; the tick is what runs them)."""
         entries = {}
-        for key in self.store.due_keys(now, now + 2 * self.max_interval, PAGE):
+        for key in self.store.due_keys(self.clock(), PAGE):
             try:
                 entry = self.Entry.from_key(key, app=self.app)
             except (KeyError, InvalidEntry):

@@ -369,14 +369,11 @@ class ScheduleStore:
                 pipe.execute()
         self.policy.call(write)
 
-    def due_keys(self, now: float, until: float, limit: int) -> list[str]:
-        """Keys due at ``now`` (at most ``limit``), then the first one due by ``until``."""
-        def read() -> Any:
-            with self.client.pipeline(transaction=False) as pipe:
-                pipe.zrangebyscore(self.keys.schedule, 0, now, start=0, num=limit)
-                pipe.zrangebyscore(self.keys.schedule, f"({now!r}", until, start=0, num=1)
-                return pipe.execute()
-        due, upcoming = self.policy.call(read)
+    def due_keys(self, now: float, limit: int) -> list[str]:
+        """Keys due at ``now`` (at most ``limit``), then the one due next."""
+        due, upcoming = self._pipelined(lambda pipe: (
+            pipe.zrangebyscore(self.keys.schedule, 0, now, start=0, num=limit),
+            pipe.zrangebyscore(self.keys.schedule, f"({now!r}", "+inf", start=0, num=1)))
         return [*due, *upcoming]
 
     def rank(self, key: str) -> int | None:
