@@ -3,8 +3,9 @@
 The editor saves ``RedBeatSchedulerEntry(...)`` with new args and the same 1-second
 schedule in a tight loop, so saves land between a tick's read and its commit. A claim
 whose commit was skipped (the entry changed since the read) must not be published
-(commit eb8a437), and a re-save keeps the entry's run history, so it must neither
-starve the entry nor move its slots. Sends are counted from the Redis broker's queue.
+(commit eb8a437) and must be read again at once, and a re-save keeps the entry's run
+history, so it must neither starve the entry, nor move its slots, nor cost it one.
+Sends are counted from the Redis broker's queue.
 """
 
 from __future__ import annotations

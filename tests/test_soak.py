@@ -4,12 +4,15 @@ frozen (SIGSTOP past its lock, then SIGCONT) at random.
 
 Hostile writes: malformed JSON, unknown schedule types, poison definitions, names that
 are internal keys (raw HSET/ZADD), members outside the prefix, garbage pending records,
-members whose hash is missing, JSON nested past the recursion limit. Sends are counted
-from the Redis broker's queue (nothing consumes it). At the end:
+members whose hash is missing, JSON nested past the recursion limit, poisoned meta and
+policy fields. Once, the broker is down for a few seconds and records naming the held
+definitions of the real held slots are forged meanwhile. Sends are counted from the Redis
+broker's queue (nothing consumes it). At the end:
 
 - no slot under two task ids, no garbage published, and a slot twice (under its one id)
   only when its leader froze or died around it (at-least-once, documented);
-- no node exited on its own, no "Redis unavailable" (Redis never went away);
+- no node exited on its own, no "Redis unavailable" (Redis never went away), no record
+  that failed planning, no real held slot dropped as unreadable;
 - every valid entry kept its cadence: at least 70% of its slots due while some node led;
 - every surviving valid entry's run count is the slots it sent or holds pending;
 - the other application's keys were never written.
@@ -48,6 +51,8 @@ LOCK_TIMEOUT = 3
 PREFIX = "redbeat:"
 SCHEDULE = "redbeat::schedule"
 PENDING = "redbeat::pending"
+HELD = "redbeat::held-definitions"
+BROKER_DOWN = 3.0
 INTERVALS = (1.0, 1.5, 2.0, 2.5, 3.0)
 MAX_LIVE = 10
 INTERVAL_JSON = {"__type__": "interval", "every": 1, "relative": False}
@@ -118,6 +123,7 @@ class Writer(threading.Thread):
         self.foreign: dict[str, bytes] = {}
         self.failures: list[str] = []
         self.poisons: dict[str, str] = {}  # name -> what was written, for failures
+        self.forged = 0
         self.serial = 0
 
     def live(self) -> list[Valid]:
@@ -177,7 +183,8 @@ class Writer(threading.Thread):
 
     def do_internal(self) -> None:
         key = self.rng.choice(["redbeat::nodes", "redbeat::pending", "redbeat::statics",
-                               "redbeat::schedule", "redbeat::lock"])
+                               "redbeat::schedule", "redbeat::lock",
+                               "redbeat::held-definitions"])
         if key != "redbeat::lock":  # a hash at the lock key would stop every node
             name = key[len(PREFIX):]
             self.client.hset(key, "definition", json.dumps(
@@ -192,7 +199,17 @@ class Writer(threading.Thread):
 
     def do_pending(self) -> None:
         key = PREFIX + (self.rng.choice(self.live()).name if self.live() else "v0")
-        self.client.hset(PENDING, f"junk:{self.serial}", garbage_pending(self.rng, key))
+        record = garbage_pending(self.rng, key)
+        self.client.hset(PENDING, f"junk:{self.serial}", record)
+
+    def forge_held(self) -> int:
+        """Records naming the held definitions of real held slots (never counted as
+        references to them): dropping them must not release the real slots' copies."""
+        held = [sha for sha in self.client.hkeys(HELD) if not sha.endswith(":refs")]
+        for number, sha in enumerate(held):
+            self.client.hset(PENDING, f"forged:{number}", json.dumps({"definition_sha1": sha}))
+        self.forged = len(held)
+        return self.forged
 
     def do_ghost(self) -> None:
         self.client.zadd(SCHEDULE, {f"{PREFIX}ghost{self.serial}": 0})
@@ -207,8 +224,10 @@ def lock_holder_pid(client: redis.Redis) -> int | None:
 class Chaos:
     """Kills or freezes the leader (the live node holding the lock) every few seconds."""
 
-    def __init__(self, cluster: Cluster, client: redis.Redis, rng: random.Random) -> None:
-        self.cluster, self.client, self.rng = cluster, client, rng
+    def __init__(self, cluster: Cluster, client: redis.Redis, rng: random.Random,
+                 broker: RedisServer) -> None:
+        self.cluster, self.client, self.rng, self.broker = cluster, client, rng, broker
+        self.outage: tuple[float, float] | None = None
         self.nodes = [cluster.beat(f"beat{i}") for i in range(3)]
         self.killed: list = []
         self.windows: list[tuple[float, float, str]] = []  # (begin, end, action)
@@ -219,6 +238,17 @@ class Chaos:
         pid = lock_holder_pid(self.client)
         return next((n for n in self.nodes if n.pid == pid and n.process.poll() is None
                      and not n.paused), None)
+
+    def broker_outage(self, meanwhile) -> None:
+        """The broker down for a few seconds: what the leader claims meanwhile is held
+        (pending, its definition in the held hash) and sent when the broker is back."""
+        begin = time.time()
+        self.broker.stop()
+        time.sleep(BROKER_DOWN / 2)
+        meanwhile()
+        time.sleep(BROKER_DOWN / 2)
+        self.broker.start()
+        self.outage = (begin, time.time())
 
     def disrupt(self) -> None:
         old = self.leader()
@@ -258,21 +288,25 @@ def cadence(valid: Valid, sent: list[int], windows, until: float) -> tuple[int, 
     return len(set(expected) & set(sent)), len(expected), len(grid)
 
 
-def run_soak(tmp_path, redis_url: str, broker_url: str):
+def run_soak(tmp_path, redis_url: str, broker: RedisServer):
     rng = random.Random(SEED)
     client = redis.Redis.from_url(redis_url, decode_responses=True)
-    cluster = Cluster(tmp_path, redis_url, broker_url, redbeat_lock_timeout=LOCK_TIMEOUT)
+    cluster = Cluster(tmp_path, redis_url, broker.url, redbeat_lock_timeout=LOCK_TIMEOUT,
+                      broker_connection_timeout=1, task_publish_retry=False)
     writer = Writer(redis_url, rng.randrange(2**32))
     for _ in range(4):
         writer.do_create()
-    chaos = Chaos(cluster, client, random.Random(rng.randrange(2**32)))
+    chaos = Chaos(cluster, client, random.Random(rng.randrange(2**32)), broker)
     try:
         wait_until(lambda: chaos.leader() is not None, 20, "a first leader")
         writer.start()
         began = time.time()
         while time.time() - began < DURATION - 6:
             time.sleep(chaos.rng.uniform(5.0, 9.0))
-            chaos.disrupt()
+            if chaos.outage is None and time.time() - began > DURATION / 2:
+                chaos.broker_outage(writer.forge_held)
+            else:
+                chaos.disrupt()
         time.sleep(max(0.0, began + DURATION - time.time()))
         writer.stop.set()
         writer.join(10)
@@ -288,9 +322,9 @@ def run_soak(tmp_path, redis_url: str, broker_url: str):
 
 def test_soak(tmp_path, redis_server):
     print(f"\nsoak seed {SEED} (REDBEAT_SOAK_SEED), {DURATION:.0f} s")
-    with RedisServer() as broker:
+    with RedisServer(persistent=True) as broker:  # keeps its queue over the outage
         writer, chaos, client, began, until, alive, exits = run_soak(
-            tmp_path, redis_server.url, broker.url)
+            tmp_path, redis_server.url, broker)
         messages = broker_messages(broker.url)
     logs = {n.name: n.log() for n in chaos.nodes + chaos.killed}
     text = "".join(logs.values())
@@ -306,10 +340,14 @@ def test_soak(tmp_path, redis_server):
     expected_total = sum(f[1] for f in figures.values())
     lifetime_total = sum(f[2] for f in figures.values())
     all_sent = sum(len(slots.get(name, [])) for name in figures)
+    real_dropped = [line for line in text.splitlines()
+                    if "Dropping unreadable pending slot v" in line]
     tracebacks = [log[log.index("Traceback"):][:600] for log in logs.values()
                   if "Traceback" in log]
     print(f"writes {dict(sorted(writer.done.items()))}; {len(writer.valid)} valid entries")
-    print(f"disruptions {[a for _, _, a in chaos.windows]}, takeovers "
+    print(f"disruptions {[a for _, _, a in chaos.windows]} and the broker down "
+          f"{BROKER_DOWN:.0f} s at {chaos.outage and chaos.outage[0] - began:.0f} s ("
+          f"{writer.forged} forged records named held definitions), takeovers "
           f"{[round(t, 1) for t in chaos.takeovers]} s; {len(messages)} messages, "
           f"{len({m.task_id for m in messages})} distinct slots, same-id repeats {repeats}")
     print(f"cadence: slots due while a node led, sent {sent_total}/{expected_total} = "
@@ -318,7 +356,8 @@ def test_soak(tmp_path, redis_server):
           f"(led/all) { {n: f'{s}/{e}/{g}' for n, (s, e, g) in figures.items()} }")
     print(f"logged: quarantined {text.count('Quarantined')}, not-an-entry "
           f"{text.count('not a key of this')}, no hash {text.count('not an entry hash')}, "
-          f"dropped pending {text.count('Dropping unreadable pending')}, re-sends "
+          f"dropped pending {text.count('Dropping unreadable pending')} (real slots "
+          f"{len(real_dropped)}), re-sends "
           f"{text.count('Re-sending slot')}, catch-ups {text.count('missed slots from')}, "
           f"Redis unavailable {text.count('Redis unavailable')}, errors logged "
           f"{text.count('ERROR/MainProcess')}; tracebacks {tracebacks}")
@@ -329,6 +368,7 @@ def test_soak(tmp_path, redis_server):
     assert all(code == 0 for code in exits.values()), exits
     assert "Redis unavailable" not in text
     assert "planning failed" not in text  # every hostile record is an invalid entry
+    assert real_dropped == []  # a real slot's held record is never made unreadable
     published = {m.name for m in messages} - set(writer.valid)
     assert not published, {name: writer.poisons.get(name) for name in published}
     assert all(len(ids) == 1 for ids in ids_per_due_time(messages).values())
