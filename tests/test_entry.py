@@ -40,7 +40,7 @@ def test_resave_keeps_meta(fake_app):
     RedBeatSchedulerEntry("job", "tasks.other", 60.0, app=fake_app).save()
     loaded = RedBeatSchedulerEntry.from_key("redbeat:job", app=fake_app)
     assert loaded.task == "tasks.other" and loaded.last_run_at == NOW
-    assert loaded.due_at == NOW + timedelta(seconds=60)
+    assert loaded.next_due() == NOW + timedelta(seconds=60)
 
 
 def test_from_key_of_missing_key_raises_key_error(fake_app):

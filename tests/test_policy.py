@@ -83,7 +83,7 @@ def test_one_off_raw_json(app):
 def test_start_and_end_time(app):
     clock = Clock()
     RedBeatSchedulerEntry("window", "tasks.w", 10.0, start_time=at(100), end_time=at(125),
-                          app=app).save()
+                          app=app, last_run_at=at(-10)).save()
     scheduler = leader(app, clock)
     for now in (0, 50, 99, 100, 110, 120, 130, 200):
         clock.now = T0 + now

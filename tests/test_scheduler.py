@@ -152,7 +152,7 @@ def test_raw_redis_entries_run(app):
 
 def test_standby_does_not_dispatch_and_takes_over_on_release(app, redis_server):
     clock = Clock()
-    RedBeatSchedulerEntry("e", "tasks.x", 1.0, app=app).save()
+    RedBeatSchedulerEntry("e", "tasks.x", 1.0, app=app, last_run_at=at(-1)).save()
     first = leader(app, clock)
     second = Recording(make_app(redis_server.url), clock=clock)
     assert second.tick() == pytest.approx(1.0)  # standby polls every second
