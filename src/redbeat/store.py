@@ -22,8 +22,13 @@ if TYPE_CHECKING:
     from .lock import Lease
 
 
-def load_script(name: str) -> str:
+def _lua(name: str) -> str:
     return (resources.files("redbeat") / "lua" / f"{name}.lua").read_text()
+
+
+def load_script(name: str) -> str:
+    """A script's text, after the prelude every script shares (lua/prelude.lua)."""
+    return _lua("prelude") + _lua(name)
 
 
 def fingerprint(definition: str | None, meta: str | None) -> str:

@@ -39,11 +39,10 @@
 -- of the 'update' operations not applied (their entry changed since the read): their
 -- claims must not be published
 local token = ARGV[1]
+if not holds_lease(KEYS[2], token) then
+  return {'lost', redis.call('GET', KEYS[2])}
+end
 if token ~= '' then
-  local holder = redis.call('GET', KEYS[2])
-  if holder ~= token then
-    return {'lost', holder}
-  end
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
 local message_tail = ', "claimed_at": ' .. ARGV[3] .. ', "node": ' .. cjson.encode(ARGV[4]) ..
@@ -55,11 +54,6 @@ local message_tail = ', "claimed_at": ' .. ARGV[3] .. ', "node": ' .. cjson.enco
 local scores, pending = {}, {}
 -- the slots to hold: task ids, their messages, the sha1 of the definition each names
 local ids, messages, shas, texts = {}, {}, {}, {}
-local function flush(command, key, args)
-  for first = 1, #args, 2000 do
-    redis.call(command, key, unpack(args, first, math.min(first + 1999, #args)))
-  end
-end
 
 local function write_fields(key, fields)
   if #fields > 0 then
@@ -118,8 +112,8 @@ flush('ZADD', KEYS[1], scores)
 -- Hold each new slot: its record, and one more reference to its definition (stored
 -- once per distinct text, whatever the number of slots naming it).
 local refs, seen = {}, {}
-for first = 1, #ids, 2000 do
-  local last = math.min(first + 1999, #ids)
+for first = 1, #ids, CHUNK do
+  local last = math.min(first + CHUNK - 1, #ids)
   local existing = redis.call('HMGET', KEYS[3], unpack(ids, first, last))
   for i = first, last do
     if not existing[i - first + 1] and not seen[ids[i]] then

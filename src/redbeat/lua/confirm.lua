@@ -13,8 +13,8 @@
 local ids = cjson.decode(ARGV[1])
 local forgotten = 0
 local released = {}
-for first = 1, #ids, 2000 do
-  local last = math.min(first + 1999, #ids)
+for first = 1, #ids, CHUNK do
+  local last = math.min(first + CHUNK - 1, #ids)
   -- the records name their definition as '"definition_sha1": "<hex>"' (commit.lua and
   -- manage.py write it so); a record without one (the old format, with the definition
   -- inside, or a hand-written one) holds no reference

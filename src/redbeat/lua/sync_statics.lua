@@ -12,18 +12,12 @@
 -- ARGV[3] - the statics to remove, one JSON array of [key, name]
 --
 -- returns 'ok' or 'lost'
-local token = ARGV[1]
-if token ~= '' and redis.call('GET', KEYS[2]) ~= token then
+if not holds_lease(KEYS[2], ARGV[1]) then
   return 'lost'
 end
 -- Scores and names are collected and added with one ZADD and one SADD per chunk (below
 -- Lua's unpack limit).
 local scores, names = {}, {}
-local function flush(command, key, args)
-  for first = 1, #args, 2000 do
-    redis.call(command, key, unpack(args, first, math.min(first + 1999, #args)))
-  end
-end
 for _, static in ipairs(cjson.decode(ARGV[2])) do
   local key = static[1]
   local written = redis.pcall('HSET', key, 'definition', static[3], 'changed', static[6])

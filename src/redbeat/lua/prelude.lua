@@ -1,0 +1,18 @@
+-- Shared by every script: store.load_script puts this text in front of each (EVAL
+-- scripts cannot import one another).
+--
+-- CHUNK - arguments per variadic call (ZADD, HSET, HMGET, ...), below Lua's unpack limit
+local CHUNK = 2000
+
+-- Whether this node holds the lease (an empty token: locking is disabled).
+local function holds_lease(lock_key, token)
+  return token == '' or redis.call('GET', lock_key) == token
+end
+
+-- One call of `command key ...args` per CHUNK arguments.
+local function flush(command, key, args)
+  for first = 1, #args, CHUNK do
+    redis.call(command, key, unpack(args, first, math.min(first + CHUNK - 1, #args)))
+  end
+end
+
