@@ -138,3 +138,16 @@ def test_a_reserved_name_is_refused_even_with_another_prefix(redis_server):
     app = make_app(redis_server.url, redbeat_key_prefix="tenant1:")
     with pytest.raises(ValueError, match="reserved"):
         RedBeatSchedulerEntry(":pending", "tasks.x", timedelta(seconds=10), app=app).save()
+
+
+def test_a_static_keeps_its_policy_and_loses_a_removed_one(redis_server):
+    spec = {"task": "tasks.s", "schedule": 10.0, "jitter": 2.0, "ttl": 60}
+    app = make_app(redis_server.url, beat_schedule={"s1": spec})
+    now = [T0]
+    leading(app, now).close()
+    stored = json.loads(get_redis(app).hget("redbeat:s1", "policy"))
+    assert stored == {"jitter": 2.0, "ttl": 60}
+    plain = make_app(redis_server.url, beat_schedule={"s1": {"task": "tasks.s",
+                                                              "schedule": 10.0}})
+    leading(plain, now).close()
+    assert get_redis(plain).hget("redbeat:s1", "policy") is None

@@ -299,6 +299,7 @@ class RedBeatScheduler(Scheduler):
             writes.append(StaticWrite(  # the meta only lands on a static seen the first time
                 entry.key, entry.name, entry.definition_json(), meta_json(now, 0),
                 to_score(due) if entry.enabled else -1.0, changed_json("static-sync"),
+                entry.policy.to_json(),
             ))
         removed = [(self.Entry.generate_key(self.app, name), name)  # the entry class's keys
                    for name in recorded - set(statics)]

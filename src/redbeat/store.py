@@ -99,6 +99,7 @@ class StaticWrite:
     meta: str
     score: float
     changed: str
+    policy: str | None = None  # the ``policy`` field; None: none (an old one is removed)
 
 
 class LockLost(Exception):
@@ -320,8 +321,8 @@ class ScheduleStore:
         self, writes: Sequence[StaticWrite], removed: Sequence[tuple[str, str]],
         lease: Lease | None,
     ) -> None:
-        entries = json.dumps([[w.key, w.name, w.definition, w.meta, repr(w.score), w.changed]
-                              for w in writes], ensure_ascii=False)
+        entries = json.dumps([[w.key, w.name, w.definition, w.meta, repr(w.score), w.changed,
+                               w.policy or ""] for w in writes], ensure_ascii=False)
         gone = json.dumps([list(pair) for pair in removed], ensure_ascii=False)
         lock_key, token, _ = self._lease_args(lease)
         keys = [self.keys.schedule, lock_key, self.keys.statics]

@@ -6,9 +6,10 @@
 -- KEYS[3] - statics set (entry names)
 -- ARGV[1] - lock token ('' when locking is disabled)
 -- ARGV[2] - the entries to write, one JSON array of
---           [key, name, definition JSON, meta JSON, score, changed JSON]; the meta is
---           written only when the hash has none, so last_run_at/total_run_count survive;
---           the score is a decimal string
+--           [key, name, definition JSON, meta JSON, score, changed JSON, policy JSON];
+--           the meta is written only when the hash has none, so last_run_at and
+--           total_run_count survive; the score is a decimal string; an empty policy
+--           removes the field (the static no longer sets one)
 -- ARGV[3] - the statics to remove, one JSON array of [key, name]
 --
 -- returns 'ok' or 'lost'
@@ -26,6 +27,11 @@ for _, static in ipairs(cjson.decode(ARGV[2])) do
     redis.call('HSET', key, 'definition', static[3], 'changed', static[6])
   end
   redis.call('HSETNX', key, 'meta', static[4])
+  if static[7] ~= '' then
+    redis.call('HSET', key, 'policy', static[7])
+  else
+    redis.call('HDEL', key, 'policy')
+  end
   redis.call('HDEL', key, 'quarantine')
   scores[#scores + 1] = static[5]
   scores[#scores + 1] = key
