@@ -127,7 +127,7 @@ def test_datetime_roundtrip_property(moment):
     assert decoded == moment and decoded.utcoffset() == moment.utcoffset()
 
 
-@given(st.floats(min_value=0.001, max_value=10**7, allow_nan=False), st.booleans())
+@given(st.floats(min_value=0.1, max_value=10**7, allow_nan=False), st.booleans())  # MIN_INTERVAL
 def test_interval_roundtrip_property(every, relative):
     decoded = roundtrip(schedule(every, relative=relative))
     assert decoded.run_every == timedelta(seconds=every) and decoded.relative == relative

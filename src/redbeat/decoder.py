@@ -189,6 +189,7 @@ def decode_datetime(fields: dict[str, Any]) -> datetime:
 
 
 def encode_interval(value: celery_schedules.schedule) -> dict[str, Any]:
+    schedules.check_interval(value)  # every save goes through here
     return {"every": value.run_every.total_seconds(), "relative": bool(value.relative)}
 
 
@@ -196,6 +197,9 @@ def decode_interval(fields: dict[str, Any]) -> celery_schedules.schedule:
     every = fields["every"]
     if isinstance(every, bool) or not isinstance(every, (int, float)) or every <= 0:
         raise ValueError(f"interval 'every' must be a positive number of seconds, not {every!r}")
+    if not every >= schedules.MIN_INTERVAL:  # written raw: quarantined, not run
+        raise ValueError(f"interval 'every' must be at least {schedules.MIN_INTERVAL} seconds, "
+                         f"not {every!r}")
     return celery_schedules.schedule(run_every=float(every), relative=bool(fields.get("relative")))
 
 

@@ -31,6 +31,7 @@ from .nexttime import first_due, next_after, utc
 from .policy import DEFAULT as DEFAULT_POLICY
 from .policy import EntryPolicy
 from .retry import RetryPolicy
+from .schedules import check_interval
 from .settings import RedBeatConfig, ensure_conf
 from .store import ScheduleStore
 
@@ -154,6 +155,7 @@ class RedBeatSchedulerEntry(ScheduleEntry):
             options=options, total_run_count=total_run_count, app=app,
             last_run_at=last_run_at, **clsargs,
         )
+        check_interval(self.schedule)  # refused here, so a static is skipped, not stored
         if last_run_at is None:
             self.last_run_at = to_millisecond(self.last_run_at)  # type: ignore[has-type]
         self.enabled = enabled

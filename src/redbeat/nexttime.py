@@ -18,7 +18,8 @@ schedule's zone:
 
 from __future__ import annotations
 
-from bisect import bisect_left
+import calendar
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from datetime import date, datetime, timedelta, timezone
 from functools import singledispatch
@@ -26,8 +27,22 @@ from typing import Any
 
 from celery import schedules as celery_schedules
 from celery.utils.time import delta_resolution
+from dateutil import rrule as dateutil_rrule
 
-from .schedules import clocked, rrule
+from .schedules import (
+    BY_PARTS,
+    DAILY,
+    HOURLY,
+    MAX_RRULE_STEPS,
+    MINUTELY,
+    MONTHLY,
+    SECONDLY,
+    WEEKLY,
+    YEARLY,
+    clocked,
+    rrule,
+    zone_name,
+)
 
 UTC = timezone.utc
 #: A crontab that matches no day within eight years (Feb 29 on a given weekday
@@ -137,6 +152,23 @@ def latest_slot(schedule: Any, due: datetime, now: datetime) -> datetime:
     return latest
 
 
+@singledispatch
+def count_slots(schedule: Any, first: datetime, last: datetime,
+                limit: int = MAX_CATCH_UP_STEPS) -> int:
+    """How many runs from ``first`` (itself a run) to ``last``, inclusive: walked, so at
+    most ``limit``, unless the schedule's runs can be counted by arithmetic."""
+    return sum(1 for _ in slots_between(schedule, first, last, limit))
+
+
+@count_slots.register
+def _interval_count(schedule: celery_schedules.schedule, first: datetime, last: datetime,
+                    limit: int = MAX_CATCH_UP_STEPS) -> int:
+    every = schedule.run_every.total_seconds()
+    if schedule.relative or every <= 0:
+        return count_slots.dispatch(object)(schedule, first, last, limit)
+    return int((last - first).total_seconds() // every) + 1
+
+
 @latest_slot.register
 def _interval_latest(schedule: celery_schedules.schedule, due: datetime,
                      now: datetime) -> datetime:
@@ -147,34 +179,367 @@ def _interval_latest(schedule: celery_schedules.schedule, due: datetime,
 
 
 # -- rrule ---------------------------------------------------------------------------
+#
+# dateutil answers "the first run after t" by iterating the rule from its dtstart, so a
+# rule costs its age (a year-old minutely rule: half a million steps; a secondly rule
+# from year 1 never returns). Here a rule is *resumed*: a copy of it starts at the
+# beginning of the period that holds t. Periods are dtstart-aligned (second, minute,
+# hour, day, week from wkst, month, year, times the interval), so from the start of any
+# later period the copy produces exactly the original's runs, once the defaults dateutil
+# takes from dtstart (the time of day, the weekday, the day of month) are spelled out.
+# ``count`` needs the number of runs before that period: ``k`` for a rule with one run
+# per period, else a walk from the nearest position already counted (a rule with
+# BY-parts and a count above MAX_RRULE_STEPS is refused when built).
+#
+# dateutil skips a day its day parts (BYMONTH, BYWEEKDAY...) exclude cheaply, except at
+# hourly and finer frequencies with BYHOUR/BYMINUTE, where it then steps through every
+# second or minute of the next day (a secondly rule on Feb 29 at 23:00 costs it about
+# a second per month skipped). Those rules are resumed without their day parts, and a
+# daily rule made of the day parts alone says which days count.
+#
+# Every computation is bounded: at most MAX_RRULE_STEPS runs passed over that are not
+# the answer, MAX_RRULE_MONTHS calendar months scanned in a row without a run (dateutil
+# would go on up to year 9999: seconds of work for a rule such as February 30th), and
+# MAX_RRULE_MISSES allowed days in a row on which an hourly or finer rule's clock
+# never lands. Past any bound, ScheduleBoundError, a ValueError: saving such an entry
+# fails, and the tick quarantines it with the message.
+
+#: Calendar months an rrule computation scans in a row without finding a run: a hundred
+#: years at monthly and finer frequencies (a yearly rule scans a year at a time).
+MAX_RRULE_MONTHS = 1_200
+#: Days in a row that an hourly or finer rule's day parts allow but its interval and
+#: clock parts leave without a run (a rule whose grid never meets its day parts).
+MAX_RRULE_MISSES = 32
+_FIXED_SECONDS = {SECONDLY: 1, MINUTELY: 60, HOURLY: 3600, DAILY: 86400, WEEKLY: 7 * 86400}
+#: Day parts that stop dateutil from taking a default day from dtstart.
+_DAY_DEFAULT_BLOCKERS = frozenset({"byweekno", "byyearday", "bymonthday", "byweekday",
+                                   "byeaster"})
+_DAY_PARTS = _DAY_DEFAULT_BLOCKERS | {"bymonth"}
+#: A count walk leaves a position behind every this many runs.
+_CHECKPOINT_EVERY = 1024
+
+
+class ScheduleBoundError(ValueError):
+    """A schedule that found no run within the documented bound of work (see above)."""
+
+
+class _ScanLimit(Exception):
+    """Raised from inside dateutil's iteration: too many months without a run."""
+
+
+class _ScanningRule(dateutil_rrule.rrule):
+    """dateutil's rrule counting the calendar months its iteration scans.
+
+    dateutil rebuilds its calendar masks for every month (or longer period) it moves
+    into, and reads ``_byeaster`` each time: counting those reads bounds the days it
+    skips without a run, which nothing else in dateutil does. tests/test_nexttime_bounds.py
+    checks that a rule matching no day still stops, should a dateutil release change this.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.scanned = 0
+        super().__init__(*args, **kwargs)
+
+    @property
+    def _byeaster(self) -> Any:
+        self.scanned += 1
+        if self.scanned > MAX_RRULE_MONTHS:
+            raise _ScanLimit
+        return self.__dict__["byeaster_value"]
+
+    @_byeaster.setter
+    def _byeaster(self, value: Any) -> None:
+        self.__dict__["byeaster_value"] = value
+
+
+def _seconds(wall: datetime) -> int:
+    """Whole seconds of a naive wall time since 0001-01-01 (day 1)."""
+    return wall.toordinal() * 86400 + wall.hour * 3600 + wall.minute * 60 + wall.second
+
+
+def _wall(moment: datetime, zone: Any) -> datetime:
+    """``moment``'s wall time in ``zone``, naive. dateutil compares runs with a moment in
+    the rule's own zone by wall time (same tzinfo: Python ignores offsets and fold), so
+    these functions compare wall times too, and give dateutil's answers exactly."""
+    return utc(moment).astimezone(zone).replace(tzinfo=None)
+
+
+def _spelled_out(schedule: rrule, wall: datetime) -> dict[str, Any]:
+    """The rule's BY-parts with the values dateutil would take from dtstart written out,
+    so that a copy starting elsewhere keeps them."""
+    rules = {name: value for name, value in schedule.rules.items()
+             if value is not None and name in BY_PARTS}
+    freq = schedule.freq
+    if not rules.keys() & _DAY_DEFAULT_BLOCKERS:
+        if freq == YEARLY:
+            rules.setdefault("bymonth", wall.month)
+            rules["bymonthday"] = wall.day
+        elif freq == MONTHLY:
+            rules["bymonthday"] = wall.day
+        elif freq == WEEKLY:
+            rules["byweekday"] = wall.weekday()
+    for name, finer_than in (("byhour", HOURLY), ("byminute", MINUTELY), ("bysecond", SECONDLY)):
+        if freq < finer_than:
+            rules.setdefault(name, getattr(wall, name[2:]))
+    return rules
+
+
+def _scan(rule: _ScanningRule, moment: datetime) -> Iterator[datetime]:
+    """The runs of a scanning rule; ScheduleBoundError after too many empty months."""
+    runs = iter(rule)
+    while True:
+        try:
+            run = next(runs)
+        except StopIteration:
+            return
+        except _ScanLimit:
+            raise ScheduleBoundError(
+                f"rrule: no run found within {MAX_RRULE_MONTHS} months of calendar after "
+                f"{moment.isoformat()}") from None
+        rule.scanned = 0
+        yield run
+
+
+class _Resumable:
+    """What resuming one rrule needs, worked out once per schedule object.
+
+    Period ``k`` starts at dtstart for ``k == 0`` (dateutil's first period starts
+    there: a weekly one is a partial week) and at the k-th dtstart-aligned period
+    boundary after it otherwise.
+    """
+
+    def __init__(self, schedule: rrule) -> None:
+        self.schedule = schedule
+        self.freq, self.interval, self.until = schedule.freq, schedule.interval, schedule.until
+        self.dtstart = schedule.dtstart.replace(microsecond=0)  # as dateutil keeps it
+        self.zone = self.dtstart.tzinfo
+        self.count: int | None = schedule.rules["count"]
+        self.simple = schedule.one_per_period
+        wkst = schedule.rules["wkst"]
+        self.wkst = (calendar.firstweekday() if wkst is None
+                     else wkst if isinstance(wkst, int) else wkst.weekday)
+        wall = self.dtstart.replace(tzinfo=None)
+        rules = _spelled_out(schedule, wall)
+        fine = self.freq >= HOURLY
+        #: hourly and finer: the day parts, checked by a daily rule of their own
+        self.day_parts = {n: v for n, v in rules.items() if fine and n in _DAY_PARTS}
+        self.clock_parts = {n: v for n, v in rules.items() if n not in self.day_parts}
+        if self.freq in _FIXED_SECONDS:
+            self.step = _FIXED_SECONDS[self.freq] * self.interval
+            self.anchor = self._fixed_anchor(wall)
+        else:
+            self.step = self.interval * (12 if self.freq == YEARLY else 1)  # in months
+            self.anchor = self._months(wall)
+        #: (k, runs before period k), sorted: where count walks have been
+        self.checkpoints: list[tuple[int, int]] = [(0, 0)]
+
+    def _fixed_anchor(self, wall: datetime) -> int:
+        """The start of dtstart's period, in seconds (see :func:`_seconds`)."""
+        if self.freq == WEEKLY:
+            return (wall.toordinal() - (wall.weekday() - self.wkst) % 7) * 86400
+        seconds = _seconds(wall)
+        return seconds - seconds % _FIXED_SECONDS[self.freq]
+
+    def _months(self, wall: datetime) -> int:
+        return wall.year * 12 + (wall.month - 1 if self.freq == MONTHLY else 0)
+
+    def index(self, wall: datetime) -> int:
+        """The period holding the naive wall time ``wall`` (0 up to dtstart's period)."""
+        position = _seconds(wall) if self.freq in _FIXED_SECONDS else self._months(wall)
+        return max(0, (position - self.anchor) // self.step)
+
+    def start(self, k: int) -> datetime:
+        """When period ``k`` starts (aware, in the rule's zone)."""
+        if k == 0:
+            return self.dtstart
+        if self.freq in _FIXED_SECONDS:
+            day, second = divmod(self.anchor + k * self.step, 86400)
+            wall = datetime.fromordinal(day) + timedelta(seconds=second)
+        else:
+            year, month = divmod(self.anchor + k * self.step, 12)
+            wall = datetime(year, month + 1, 1)
+        return wall.replace(tzinfo=self.zone)
+
+    def rule(self, k: int) -> _ScanningRule:
+        """The rule's copy from period ``k`` on, without count (see :func:`_runs`) and,
+        at hourly and finer frequencies, without its day parts (see :func:`_raw`)."""
+        return _ScanningRule(self.freq, dtstart=self.start(k), interval=self.interval,
+                             wkst=self.wkst, until=self.until, **self.clock_parts)
+
+    def days(self, day: date) -> _ScanningRule:
+        """The days the day parts allow, from ``day`` on, as midnights."""
+        midnight = datetime(day.year, day.month, day.day, tzinfo=self.zone)
+        return _ScanningRule(DAILY, dtstart=midnight, wkst=self.wkst, until=self.until,
+                             byhour=0, byminute=0, bysecond=0, **self.day_parts)
+
+    def runs_before(self, k: int, moment: datetime) -> int:
+        """How many runs the rule has before period ``k`` (counted up to ``count``)."""
+        if k == 0 or self.simple:
+            return k
+        assert self.count is not None  # only asked for rules with a count
+        done, number = self.checkpoints[bisect_right(self.checkpoints, (k, self.count)) - 1]
+        if done == k:
+            return number
+        stop, previous, kept = self.start(k).replace(tzinfo=None), done, number
+        for run in _raw(self, done, moment):
+            wall = run.replace(tzinfo=None)
+            if number >= self.count or wall >= stop:
+                break
+            period = self.index(wall)
+            if period != previous and number - kept >= _CHECKPOINT_EVERY:
+                self._keep(period, number)  # the first run of its period: exact
+                kept = number
+            previous = period
+            number += 1  # at most count (<= MAX_RRULE_STEPS) times: refused otherwise
+        self._keep(k, number)
+        return number
+
+    def _keep(self, k: int, number: int) -> None:
+        position = bisect_right(self.checkpoints, (k, number))
+        if self.checkpoints[position - 1][0] != k:
+            self.checkpoints.insert(position, (k, number))
+
+
+def _plan(schedule: rrule) -> _Resumable:
+    plan = schedule.__dict__.get("_resumable")
+    if plan is None:
+        plan = schedule.__dict__["_resumable"] = _Resumable(schedule)
+    return plan
+
+
+def _raw(plan: _Resumable, k: int, moment: datetime) -> Iterator[datetime]:
+    """The rule's runs from period ``k`` on, without count. An hourly or finer rule with
+    day parts runs its copy without them, kept to the days a daily rule of the day parts
+    gives, and jumps over the days it excludes."""
+    if not plan.day_parts:
+        yield from _scan(plan.rule(k), moment)
+        return
+    days = _scan(plan.days(plan.start(k).date()), moment)
+    day, misses = next(days, None), 0
+    while day is not None:
+        k = max(k, plan.index(day.replace(tzinfo=None)))
+        for run in _scan(plan.rule(k), moment):
+            if run.date() < day.date():
+                continue  # the period straddles midnight: its runs on the day before
+            while day is not None and day.date() < run.date():
+                day = next(days, None)
+            if day is None or day.date() != run.date():
+                break  # on a day the day parts exclude: jump to the next allowed one
+            misses = 0
+            yield run
+        else:
+            return
+        misses += 1
+        if misses > MAX_RRULE_MISSES:
+            raise ScheduleBoundError(
+                f"rrule: no run found on the {MAX_RRULE_MISSES} days after "
+                f"{moment.isoformat()} that its day parts allow")
+
+
+def _runs(plan: _Resumable, k: int, moment: datetime) -> Iterator[datetime]:
+    """The rule's runs from period ``k`` on, oldest first, aware in its zone: exactly
+    the original's, ``count`` included. ``moment`` is for the error messages."""
+    if plan.count is None:
+        yield from _raw(plan, k, moment)
+        return
+    number = plan.runs_before(k, moment)
+    for run in _raw(plan, k, moment):
+        if number >= plan.count:
+            return
+        number += 1
+        yield run
+
+
+def _passed(steps: int, moment: datetime) -> int:
+    """One more run passed over; ScheduleBoundError past MAX_RRULE_STEPS."""
+    if steps >= MAX_RRULE_STEPS:
+        raise ScheduleBoundError(
+            f"rrule: no run found within {MAX_RRULE_STEPS} steps after {moment.isoformat()}")
+    return steps + 1
+
+
+def _rrule_search(schedule: rrule, moment: datetime, inclusive: bool) -> datetime | None:
+    plan = _plan(schedule)
+    wall = _wall(moment, plan.zone)
+    steps = 0
+    for run in _runs(plan, plan.index(wall), moment):
+        run_wall = run.replace(tzinfo=None)
+        if run_wall > wall or inclusive and run_wall == wall:
+            return utc(run)
+        steps = _passed(steps, moment)
+    return None
 
 
 @next_after.register
 def _rrule_next(schedule: rrule, after: datetime) -> datetime | None:
-    upcoming = schedule.rrule.after(utc(after).astimezone(schedule.zone), inc=False)
-    return None if upcoming is None else utc(upcoming)
+    return _rrule_search(schedule, after, inclusive=False)
 
 
 @first_due.register
 def _rrule_first(schedule: rrule, now: datetime) -> datetime | None:
-    upcoming = schedule.rrule.after(utc(now).astimezone(schedule.zone), inc=True)
-    return None if upcoming is None else utc(upcoming)
+    return _rrule_search(schedule, now, inclusive=True)
 
 
 @latest_slot.register
 def _rrule_latest(schedule: rrule, due: datetime, now: datetime) -> datetime:
-    latest = schedule.rrule.before(utc(now).astimezone(schedule.zone), inc=True)
+    """The last run at or before ``now`` (dateutil's ``before(now, inc=True)``) and not
+    before ``due``: the latest period from ``due``'s to ``now``'s with a run at or
+    before ``now``, found by galloping back from ``now`` and bisecting (a few dozen
+    probes, however long the gap), then walked."""
+    plan = _plan(schedule)
+    wall = _wall(now, plan.zone)
+    newest, oldest = plan.index(wall), plan.index(_wall(due, plan.zone))
+
+    def has_run(k: int) -> bool:  # a run from period k's start to now
+        first = next(_runs(plan, k, now), None)
+        return first is not None and first.replace(tzinfo=None) <= wall
+
+    empty, back = newest + 1, 0  # the oldest period known to hold no run up to now
+    while True:
+        k = max(newest - back, oldest)
+        if k > newest or has_run(k):
+            break
+        if k == oldest:
+            return due
+        empty, back = k, 2 * back + 1
+    while empty - k > 1:  # k has a run up to now, empty has none
+        middle = (k + empty) // 2
+        k, empty = (middle, empty) if has_run(middle) else (k, middle)
+    latest, steps = None, 0
+    for run in _runs(plan, k, now):  # all in period k: the next one holds none
+        if run.replace(tzinfo=None) > wall:
+            break
+        latest, steps = run, _passed(steps, now)
     return due if latest is None or utc(latest) < due else utc(latest)
 
 
 @slots_between.register
 def _rrule_slots(schedule: rrule, first: datetime, last: datetime,
                  limit: int = MAX_CATCH_UP_STEPS) -> Iterator[datetime]:
-    for moment in schedule.rrule.xafter(utc(first).astimezone(schedule.zone), count=limit,
-                                        inc=True):
-        if utc(moment) > last:
+    plan = _plan(schedule)
+    wall = _wall(first, plan.zone)
+    skipped = sent = 0
+    for run in _runs(plan, plan.index(wall), first):
+        if run.replace(tzinfo=None) < wall:
+            skipped = _passed(skipped, first)
+            continue
+        if sent >= limit or utc(run) > last:
             return
-        yield utc(moment)
+        sent += 1
+        yield utc(run)
+
+
+@count_slots.register
+def _rrule_count(schedule: rrule, first: datetime, last: datetime,
+                 limit: int = MAX_CATCH_UP_STEPS) -> int:
+    """By arithmetic for a rule with one run per fixed-length period in a zone without
+    daylight saving (runs are wall times: across a transition they are walked)."""
+    zone = schedule.zone
+    fixed = zone is UTC or isinstance(zone, timezone) or zone_name(zone) in ("UTC", "Etc/UTC")
+    if not (fixed and schedule.one_per_period and schedule.freq in _FIXED_SECONDS):
+        return count_slots.dispatch(object)(schedule, first, last, limit)
+    step = _FIXED_SECONDS[schedule.freq] * schedule.interval
+    return max(0, int((utc(last) - utc(first)).total_seconds() // step) + 1)
 
 
 # -- crontab -------------------------------------------------------------------------

@@ -31,6 +31,29 @@ RRULE_FIELDS = (
     "wkst", "count", "bysetpos", "bymonth", "bymonthday", "byyearday", "byeaster",
     "byweekno", "byweekday", "byhour", "byminute", "bysecond",
 )
+#: The BY-parts: rules that pick runs inside a period (everything but wkst and count).
+BY_PARTS = RRULE_FIELDS[2:]
+
+#: The shortest interval schedule stored (seconds). A slot's task id is
+#: ``<name>:<due epoch ms>`` and scores are milliseconds, so under 1 ms two slots share an
+#: id; a tick costs one to three Redis round trips (about a millisecond each on a LAN,
+#: more across zones), so a faster interval only measures how fast beat can loop. 0.1 s
+#: leaves two orders of magnitude to both, and is still far below what beat is for.
+MIN_INTERVAL = 0.1
+#: An rrule computation passes over at most this many runs that are not its answer
+#: (see :mod:`redbeat.nexttime`); a rule with ``count`` above it must have one run per
+#: period, so that the runs before a moment are counted, not walked.
+MAX_RRULE_STEPS = 100_000
+
+
+def check_interval(schedule: Any) -> None:
+    """ValueError for an interval schedule shorter than :data:`MIN_INTERVAL`: checked
+    where entries are built and where intervals are encoded or decoded, so none is
+    stored and none written raw into Redis is run."""
+    if isinstance(schedule, celery_schedules.schedule):
+        every = schedule.run_every.total_seconds()
+        if not every >= MIN_INTERVAL:  # also refuses NaN
+            raise ValueError(f"interval must be at least {MIN_INTERVAL} seconds, not {every!r}")
 
 
 def as_zone(zone: str | Any | None) -> Any:
@@ -115,15 +138,52 @@ class rrule(_ScheduleProtocol):
             raise ValueError(f"rrule freq must be one of {sorted(FREQUENCIES)}, not {freq!r}")
         zone = as_zone(timezone)
         self.interval = int(interval)
+        if self.interval < 1:  # 0 makes dateutil repeat one moment forever
+            raise ValueError(f"rrule interval must be a positive integer, not {interval!r}")
         if dtstart is None:
             dtstart = datetime.now(zone or UTC).replace(microsecond=0)
         self.dtstart = self._localize(dtstart, zone)
         self.until = None if until is None else self._localize(until, zone or self.dtstart.tzinfo)
         self.rules = {name: rules.get(name) for name in RRULE_FIELDS}
+        self._check_bounded()
+        # Not cached: redbeat.nexttime never iterates this object (it resumes the rule
+        # near the moment asked), and a cache would keep every run it ever produced.
         self.rrule = dateutil_rrule.rrule(
             frequency, dtstart=self.dtstart, interval=self.interval, until=self.until,
-            cache=True, **{k: v for k, v in self.rules.items() if v is not None},
+            **{k: v for k, v in self.rules.items() if v is not None},
         )
+
+    @property
+    def one_per_period(self) -> bool:
+        """Whether every period of the rule holds exactly one run, its dtstart's place in
+        it: no BY-parts, and a monthly or yearly rule starts on a day every month has.
+        Then the runs before a moment are counted by arithmetic, however old the rule."""
+        if any(self.rules[name] is not None for name in BY_PARTS):
+            return False
+        return self.freq not in (YEARLY, MONTHLY) or self.dtstart.day <= 28
+
+    def _check_bounded(self) -> None:
+        """Refuse, when built, the rules whose next run could not be found in bounded
+        work: rather than an entry that hangs the tick (or is quarantined) later."""
+        count = self.rules["count"]
+        if count is not None and count > MAX_RRULE_STEPS and not self.one_per_period:
+            raise ValueError(
+                f"rrule count above {MAX_RRULE_STEPS} needs one run per period (no BY-parts): "
+                "the runs before a moment would have to be walked from dtstart")
+        positions = self.rules["bysetpos"]
+        if positions is None or self.freq < DAILY:
+            return
+        # Daily and finer, every period is one day (or less) with the same times: a
+        # position outside them selects nothing, ever, and dateutil would search forever.
+        size = 1
+        for name, level in (("byhour", DAILY), ("byminute", HOURLY), ("bysecond", MINUTELY)):
+            values = self.rules[name]
+            if self.freq <= level and values is not None:
+                size *= len(set(values)) if isinstance(values, (list, tuple, set)) else 1
+        positions = positions if isinstance(positions, (list, tuple, set)) else (positions,)
+        if not any(-size <= position <= size for position in positions if position):
+            raise ValueError(f"rrule bysetpos {positions!r} selects none of the {size} run(s) "
+                             "of each period: the rule would never run")
 
     @staticmethod
     def _localize(moment: datetime, zone: Any) -> datetime:
