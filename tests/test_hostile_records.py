@@ -151,3 +151,19 @@ def test_a_static_keeps_its_policy_and_loses_a_removed_one(redis_server):
                                                               "schedule": 10.0}})
     leading(plain, now).close()
     assert get_redis(plain).hget("redbeat:s1", "policy") is None
+
+
+def test_a_static_whose_next_run_cannot_be_found_is_skipped_and_the_others_synced(
+        redis_server):
+    from redbeat.schedules import rrule
+
+    never = rrule("DAILY", dtstart=datetime(2026, 1, 1), bymonth=2, bymonthday=30)
+    app = make_app(redis_server.url, beat_schedule={
+        "never": {"task": "tasks.n", "schedule": never},
+        "fine": {"task": "tasks.f", "schedule": 10.0}})
+    now = [T0]
+    scheduler = leading(app, now)
+    client = get_redis(app)
+    assert client.exists("redbeat:fine") and not client.exists("redbeat:never")
+    assert scheduler.leading
+    scheduler.close()

@@ -31,7 +31,7 @@ from .nexttime import first_due, next_after, utc
 from .policy import DEFAULT as DEFAULT_POLICY
 from .policy import EntryPolicy
 from .retry import RetryPolicy
-from .schedules import check_interval
+from .schedules import check_interval, clocked
 from .settings import RedBeatConfig, ensure_conf
 from .store import ScheduleStore
 
@@ -157,7 +157,12 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         )
         check_interval(self.schedule)  # refused here, so a static is skipped, not stored
         if last_run_at is None:
-            self.last_run_at = to_millisecond(self.last_run_at)  # type: ignore[has-type]
+            # Celery set "now" by the schedule's clock. A one-off has no interval to wait
+            # for: it runs at its time, or at once if that has passed (as Celery's
+            # clocked schedules do), so it stays "never ran".
+            created: datetime = self.__dict__["last_run_at"]
+            self.__dict__["last_run_at"] = (
+                None if isinstance(self.schedule, clocked) else to_millisecond(created))
         self.enabled = enabled
         self.config: RedBeatConfig = ensure_conf(self.app)
         self.policy = replace(policy or DEFAULT_POLICY, **policy_fields)
@@ -535,7 +540,7 @@ def decode_entry(
             if not extra:
                 raise
             entry = cls(**known)  # a constructor that does not take them
-        entry.last_run_at = last_run_at  # type: ignore[assignment]  # None: never ran
+        entry.__dict__["last_run_at"] = last_run_at  # None: never ran
         return entry
     # Built without __init__: the fields are validated already, and this runs for every
     # due entry of every tick.

@@ -295,7 +295,11 @@ class RedBeatScheduler(Scheduler):
         recorded, stored = self.store.read_statics([entry.key for entry in entries])
         writes = []
         for entry, (meta_text, score) in zip(entries, stored, strict=True):
-            due = self._static_due(entry, meta_text, score, now)
+            try:
+                due = self._static_due(entry, meta_text, score, now)
+            except (ValueError, OverflowError) as exc:  # a schedule past its bounds
+                logger.error("beat: Skipping static entry %r: %s", entry.name, exc)
+                continue
             writes.append(StaticWrite(  # the meta only lands on a static seen the first time
                 entry.key, entry.name, entry.definition_json(), meta_json(now, 0),
                 to_score(due) if entry.enabled else -1.0, changed_json("static-sync"),
