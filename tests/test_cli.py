@@ -374,3 +374,13 @@ def test_docs_cli_lists_every_command_and_option():
             if isinstance(param, click.Option):
                 for opt in param.opts:
                     assert opt in rows[0], f"{name} {opt} missing from docs/cli.md"
+
+
+def test_run_now_says_when_no_beat_leads_and_times_carry_their_zone(run, redis_server):
+    assert run("add", "ping", "tasks.ping", "--every", "30s").exit_code == 0
+    queued = run("run-now", "ping")
+    assert queued.exit_code == 0 and "no beat is leading now" in queued.output
+    redis_server.client().set("redbeat::lock", "host:1:abc", px=5000)  # a leader
+    assert "the leader sends it within a second" in run("run-now", "ping").output
+    listing = run("list").output.splitlines()
+    assert " UTC" in listing[1]  # next run shown with its zone

@@ -229,7 +229,7 @@ def _seconds_in_words(seconds: float) -> str:
 def _when(moment: datetime | None, zone: tzinfo) -> str:
     if moment is None:
         return "-"
-    return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S")
+    return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")  # always with its zone
 
 
 def _table(rows: list[list[str]], headers: list[str]) -> str:
@@ -630,8 +630,16 @@ _simple("disable", lambda app, name: manage.set_enabled(app, name, False, "cli")
 _simple("delete", manage.delete_entry, "deleted {name}",
         "Delete an entry and its history. A static entry (from beat_schedule) is written "
         "again when a leader next syncs the statics: remove it from beat_schedule too.")
-_simple("run-now", manage.run_now, "queued {name} as {result}; the leader sends it within "
-        "a second",
+def _queue_run(app: Celery, name: str) -> str:
+    """Queue a run, and say who will send it: a run queued with no beat leading waits."""
+    task_id = manage.run_now(app, name)
+    holder, _ = store_for(app).lock_holder()
+    if holder:
+        return f"{task_id}; the leader sends it within a second"
+    return f"{task_id}; no beat is leading now: it is sent when one takes the lead"
+
+
+_simple("run-now", _queue_run, "queued {name} as {result}",
         "Send an entry once now. The leader sends it at its next tick with the task id "
         "<name>:run-now:<ms>; its schedule and run count are untouched.")
 
