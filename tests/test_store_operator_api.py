@@ -70,3 +70,11 @@ def test_status_reads_a_bounded_sample_of_parked_entries(redis_server):
     assert state.parked == 2000
     assert len(state.quarantined) == QUARANTINE_SAMPLE
     assert counted.counter.round_trips == 2
+
+
+def test_status_counts_score_zero_entries_as_waiting_not_overdue(app):
+    client = get_redis(app)
+    client.hset("redbeat:raw", "definition", "{}")
+    client.zadd("redbeat::schedule", {"redbeat:raw": 0})
+    state = status(app)
+    assert (state.overdue, state.waiting, state.most_late_s) == (0, 1, 0.0)

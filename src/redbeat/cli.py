@@ -714,6 +714,8 @@ def status_command(ctx: click.Context) -> None:
                "quarantined)")
     click.echo(f"overdue:     {state.overdue}"
                + (f" (most late {state.most_late_s:.1f}s)" if state.overdue else ""))
+    if state.waiting:
+        click.echo(f"waiting:     {state.waiting} (written with score 0, not yet scheduled)")
     click.echo(f"pending:     {state.pending} slot(s) claimed, publish not yet confirmed")
     for name, score in state.next_due:
         moment = datetime.fromtimestamp(score, tz=timezone.utc)

@@ -299,6 +299,8 @@ class Status:
     entries: int
     overdue: int
     most_late_s: float
+    #: entries written with score 0 ("due now, work out when") the leader has not read yet
+    waiting: int
     parked: int
     pending: int
     next_due: list[tuple[str, float]]
@@ -333,6 +335,7 @@ def status(app: Celery, now: float | None = None, upcoming: int = 5) -> Status:
     return Status(
         lock_holder=holder, lock_ttl_ms=int(ttl), entries=int(total), overdue=int(overdue),
         most_late_s=max(0.0, now - oldest[0][1]) if oldest else 0.0,
+        waiting=int(read["waiting"]),
         parked=int(parked), pending=int(pending),
         next_due=[(keys.name_of(key), score) for key, score in following],
         quarantined=quarantined, nodes=heartbeats,

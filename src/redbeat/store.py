@@ -444,14 +444,15 @@ class ScheduleStore:
         counts, the next ``upcoming`` members, and the quarantine reasons of at most
         ``sample`` parked members (a status probe must not read every parked entry)."""
         keys = self.keys
-        (holder, ttl, total, overdue, oldest, following, parked, parked_sample, pending,
-         nodes, server, policy) = self._pipelined(lambda pipe: (
+        (holder, ttl, total, overdue, oldest, following, parked, waiting, parked_sample,
+         pending, nodes, server, policy) = self._pipelined(lambda pipe: (
             pipe.get(keys.lock), pipe.pttl(keys.lock), pipe.zcard(keys.schedule),
-            pipe.zcount(keys.schedule, 0, now),
-            pipe.zrangebyscore(keys.schedule, 0, now, start=0, num=1, withscores=True),
+            pipe.zcount(keys.schedule, "(0", now),  # score 0: waiting, not overdue
+            pipe.zrangebyscore(keys.schedule, "(0", now, start=0, num=1, withscores=True),
             pipe.zrangebyscore(keys.schedule, f"({now}", "+inf", start=0, num=upcoming,
                                withscores=True),
             pipe.zcount(keys.schedule, PARKED_SCORE, PARKED_SCORE),
+            pipe.zcount(keys.schedule, 0, 0),
             pipe.zrangebyscore(keys.schedule, PARKED_SCORE, PARKED_SCORE, start=0, num=sample),
             pipe.hlen(keys.pending), pipe.hgetall(keys.nodes), pipe.info("server"),
             pipe.config_get("maxmemory-policy"),  # an ACL may refuse these two: not fatal
@@ -460,6 +461,6 @@ class ScheduleStore:
             lambda pipe: [pipe.hget(key, QUARANTINE) for key in parked_sample]
         ) if parked_sample else []
         return {"holder": holder, "ttl": ttl, "total": total, "overdue": overdue,
-                "oldest": oldest, "following": following, "parked": parked,
+                "oldest": oldest, "following": following, "parked": parked, "waiting": waiting,
                 "reasons": list(zip(parked_sample, reasons, strict=True)), "pending": pending,
                 "nodes": nodes, "server": server, "policy": policy}
