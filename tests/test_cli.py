@@ -384,3 +384,35 @@ def test_run_now_says_when_no_beat_leads_and_times_carry_their_zone(run, redis_s
     assert "the leader sends it within a second" in run("run-now", "ping").output
     listing = run("list").output.splitlines()
     assert " UTC" in listing[1]  # next run shown with its zone
+
+
+@pytest.mark.parametrize(("every", "seconds"), [
+    ("30", 30), ("30s", 30), ("1m30s", 90), ("1h 30m", 5400), ("1w", 604800), ("1.5h", 5400)])
+def test_durations(every, seconds):
+    from redbeat.cli import parse_every
+
+    assert parse_every(every) == seconds
+
+
+@pytest.mark.parametrize("every", ["abc", "1x", "m", "30s5", "", "-5s"])
+def test_bad_durations_are_refused(every):
+    from redbeat.cli import parse_every
+
+    with pytest.raises(ValueError):
+        parse_every(every)
+
+
+@pytest.mark.parametrize(("cron", "fields"), [
+    ("@daily", "0 0 * * *"), ("@hourly", "0 * * * *"), ("@weekly", "0 0 * * 0"),
+    ("0 9 * * 7", "0 9 * * 0"), ("0 9 * * 5-7", "0 9 * * 5-6,0")])
+def test_cron_shorthands_and_sunday_as_7(cron, fields):
+    from redbeat.cli import parse_cron
+
+    parsed = parse_cron(cron, None)
+    expected = parse_cron(fields, None)
+    assert parsed == expected
+
+
+def test_an_empty_entry_name_is_refused(run):
+    result = run("add", "", "tasks.x", "--every", "30s")
+    assert result.exit_code == 5 and "empty" in result.output

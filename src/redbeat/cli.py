@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone, tzinfo
@@ -45,7 +46,13 @@ from .schedules import clocked, rrule
 from .settings import ensure_conf
 
 EXIT_FAILED, EXIT_NOT_FOUND, EXIT_UNREACHABLE, EXIT_INVALID, EXIT_AUTH = 1, 3, 4, 5, 6
-UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+#: One part of a duration: a number and its unit ("1m30s" has two).
+DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhdw]?)")
+#: The crontab shorthands of cron(8), as five fields.
+CRON_SHORTHANDS = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
+                   "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
+                   "@hourly": "0 * * * *"}
 DEFAULT_TIMEOUT = 5.0
 SESSION = "redbeat.session"
 
@@ -282,14 +289,15 @@ def _info_json(info: manage.EntryInfo) -> dict[str, Any]:
 
 
 def parse_every(text: str) -> float:
-    text = text.strip().lower()
-    unit = text[-1] if text and text[-1] in UNITS else "s"
-    number = text[:-1] if text and text[-1] in UNITS else text
-    try:
-        seconds = float(number) * UNITS[unit]
-    except ValueError:
-        wanted = "a duration such as 30s, 5m, 1h or 1d"
-        raise ValueError(f"--every wants {wanted}, not {text!r}") from None
+    """A duration: ``30`` (seconds), ``30s``, ``5m``, ``1h``, ``1d``, ``1w`` or parts of
+    them together (``1m30s``, ``1h 30m``)."""
+    text = text.strip().lower().replace(" ", "")
+    parts = list(DURATION_PART.finditer(text))
+    if not parts or "".join(part.group(0) for part in parts) != text or len(parts) > 1 and any(
+            not part.group(2) for part in parts):  # a bare number only on its own
+        wanted = "a duration such as 30s, 5m, 1h30m, 1d or 1w"
+        raise ValueError(f"--every wants {wanted}, not {text!r}")
+    seconds = sum(float(part.group(1)) * UNITS[part.group(2) or "s"] for part in parts)
     if seconds <= 0:
         raise ValueError("--every must be positive")
     return seconds
@@ -320,11 +328,26 @@ def parse_time(text: str, zone: str | None, option: str = "--at") -> datetime:
     return moment
 
 
+def _sunday_as_zero(field: str) -> str:
+    """cron(8) also writes Sunday as 7; Celery's crontab knows only 0."""
+    items = []
+    for item in field.split(","):
+        if item == "7":
+            item = "0"
+        elif re.fullmatch(r"\d-7", item):
+            item = f"{item[0]}-6,0"
+        items.append(item)
+    return ",".join(items)
+
+
 def parse_cron(text: str, zone: str | None) -> crontab:
+    """Five cron fields, or a shorthand (``@daily``, ``@hourly``...)."""
+    text = CRON_SHORTHANDS.get(text.strip().lower(), text)
     fields = text.split()
     if len(fields) != 5:
         raise ValueError(f"--cron wants 5 fields (minute hour day month weekday), not {text!r}")
     minute, hour, day_of_month, month_of_year, day_of_week = fields
+    day_of_week = _sunday_as_zero(day_of_week)
     from .schedules import crontab as zoned_crontab
 
     return zoned_crontab(minute=minute, hour=hour, day_of_month=day_of_month,
@@ -556,8 +579,8 @@ def _show_next_runs(entry: RedBeatSchedulerEntry, zone: tzinfo, runs: int) -> No
 @main.command()
 @click.argument("name")
 @click.argument("task")
-@click.option("--every", default=None, help="Interval: 30s, 5m, 1h, 1d.")
-@click.option("--cron", default=None, help='Crontab: "*/5 * * * *".')
+@click.option("--every", default=None, help="Interval: 30s, 5m, 1h30m, 1d, 1w.")
+@click.option("--cron", default=None, help='Crontab: "*/5 * * * *", or @daily, @hourly...')
 @click.option("--rrule", "rrule_text", default=None, help='RFC 5545: "FREQ=DAILY;BYHOUR=9".')
 @click.option("--at", "run_at", default=None, help="One-off: run once at this ISO time.")
 @click.option("--tz", "zone", default=None, help="IANA zone for --cron/--rrule.")

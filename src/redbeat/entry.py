@@ -276,6 +276,8 @@ class RedBeatSchedulerEntry(ScheduleEntry):
     def save(self, changed_by: str = "python-api") -> RedBeatSchedulerEntry:
         """Write the entry; ValueError for a name whose key is one of the package's own
         (``:lock``, ``:nodes``, ...), which would break every node."""
+        if not self.name:
+            raise ValueError("entry name is empty")
         if self.key in self.config.keys.internal:
             raise ValueError(f"entry name {self.name!r} is reserved: its key {self.key!r} is "
                              "one of redbeat's own keys")
