@@ -15,8 +15,9 @@ from collections import Counter
 import pytest
 
 from conftest import make_app
-from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
+from redbeat import RedBeatSchedulerEntry
 from support.deployments import acl_server, require_programs
+from support.recording import RecordingIds
 
 pytestmark = pytest.mark.e2e
 
@@ -27,16 +28,7 @@ GOOD = {"good-fast": 0.5, "good-1s": 1.0}
 REMOVED_LOG = "is in the schedule but is not a key of this schedule's entries"
 
 
-class Recording(RedBeatScheduler):
-    def __init__(self, *args, **kwargs):
-        self.sent: list[str] = []
-        super().__init__(*args, **kwargs)
-
-    def apply_async(self, entry, producer=None, advance=True, **kwargs):
-        self.sent.append(entry.options["task_id"])
-
-
-def run_for(scheduler: Recording, seconds: float) -> int:
+def run_for(scheduler: RecordingIds, seconds: float) -> int:
     ticks, deadline = 0, time.monotonic() + seconds
     while time.monotonic() < deadline:
         ticks += 1
@@ -56,7 +48,7 @@ def test_foreign_and_internal_members_are_removed_untouched_under_an_acl_user(ca
         for name, every in GOOD.items():
             RedBeatSchedulerEntry(name, "tasks.good", every, app=app).save()
         admin.zadd(SCHEDULE, {**FOREIGN, **INTERNAL})
-        scheduler = Recording(app)
+        scheduler = RecordingIds(app)
         try:
             ticks = run_for(scheduler, 6.0)
             leading = scheduler.leading

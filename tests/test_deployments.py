@@ -15,6 +15,7 @@ from redbeat.cli import main
 from redbeat.entry import store_for
 from redbeat.manage import get_entry
 from support.deployments import ACLServer, ClusterDeployment, SentinelDeployment, TLSServer
+from support.recording import RecordingIds
 from support.redis_server import redis_required, redis_server_binary
 
 pytestmark = pytest.mark.redis_server
@@ -26,15 +27,6 @@ def _needs_servers():
         if redis_required():
             pytest.fail("redis-server/redis-cli missing and REDBEAT_REQUIRE_REDIS is set")
         pytest.skip("redis-server/redis-cli not on PATH")
-
-
-class Recording(RedBeatScheduler):
-    def __init__(self, *args, **kwargs):
-        self.sent: list[str] = []
-        super().__init__(*args, **kwargs)
-
-    def apply_async(self, entry, producer=None, advance=True, **kwargs):
-        self.sent.append(entry.options["task_id"])
 
 
 def run_until_sent(scheduler, count, ticks=200):
@@ -53,7 +45,7 @@ def test_tls_with_ca_and_client_certificate():
         app = make_app(server.url, redbeat_redis_use_ssl={
             **server.ssl_options(), "ssl_cert_reqs": ssl.CERT_REQUIRED})
         RedBeatSchedulerEntry("secure", "tasks.s", 0.5, app=app).save()
-        scheduler = Recording(app)
+        scheduler = RecordingIds(app)
         run_until_sent(scheduler, 2)
         scheduler.close()
         assert server.client().exists("redbeat:secure")
@@ -69,7 +61,7 @@ def test_acl_user_limited_to_the_prefix():
     try:
         app = make_app(server.beat_url, beat_schedule={"s": {"task": "t", "schedule": 5.0}})
         RedBeatSchedulerEntry("job", "tasks.j", 0.5, app=app).save()
-        scheduler = Recording(app)
+        scheduler = RecordingIds(app)
         run_until_sent(scheduler, 3)
         from click.testing import CliRunner
 
@@ -97,7 +89,7 @@ def test_sentinel_failover_while_ticking(spelling):
             url, options = f"sentinel://127.0.0.1:{port}", {"service_name": "mymaster"}
         app = make_app(url, redbeat_redis_options={**options, "retry_period": 30})
         RedBeatSchedulerEntry("ha", "tasks.ha", 0.5, app=app).save()
-        scheduler = Recording(app)
+        scheduler = RecordingIds(app)
         run_until_sent(scheduler, 2)
         took = deployment.force_failover()
         print(f"sentinel forced failover took {took:.2f}s")
@@ -119,7 +111,7 @@ def test_cluster_with_a_tagged_prefix_and_a_failover():
                        redbeat_redis_options={"retry_period": 30},
                        beat_schedule={"static": {"task": "t", "schedule": 5.0}})
         RedBeatSchedulerEntry("clustered", "tasks.c", 0.5, app=app).save()
-        scheduler = Recording(app)
+        scheduler = RecordingIds(app)
         run_until_sent(scheduler, 2)
         took = deployment.fail_over(f"{prefix}:schedule")
         print(f"cluster failover took {took:.2f}s")
