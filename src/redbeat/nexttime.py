@@ -92,8 +92,9 @@ def next_after(schedule: Any, after: datetime) -> datetime | None:
 def first_due(schedule: Any, now: datetime) -> datetime | None:
     """When an entry that has never run is first due: the first run at or after ``now``.
 
-    An interval is due at once (as in celery-redbeat 2.4.2); a calendar schedule waits
-    for its next matching time rather than firing on creation.
+    Only entries written by hand (no meta, or a null ``last_run_at``) and one-offs get
+    here: an entry created through the API counts as having run at its creation. An
+    interval is then due at once; a calendar schedule at its next matching time.
     """
     return next_after(schedule, now - timedelta(microseconds=1))
 
