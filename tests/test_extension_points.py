@@ -654,3 +654,35 @@ def test_lock_key_none_disables_locking(app, published):
     scheduler.tick()
     assert len(published) == 1
     assert get_redis(app).get("redbeat::lock") is None
+
+
+def test_an_update_from_dict_override_shapes_the_statics(redis_server):
+    from conftest import make_app
+
+    class Shaping(RedBeatScheduler):
+        def update_from_dict(self, dict_):
+            dict_ = {name: spec for name, spec in dict_.items() if name != "dropped"}
+            dict_["extra"] = {"task": "tasks.extra", "schedule": 20.0}
+            return super().update_from_dict(dict_)
+
+    app = make_app(redis_server.url, beat_schedule={
+        "kept": {"task": "tasks.k", "schedule": 30.0},
+        "dropped": {"task": "tasks.d", "schedule": 30.0}})
+    scheduler = lead(Shaping(app))
+    client = get_redis(app)
+    assert client.exists("redbeat:kept") and client.exists("redbeat:extra")
+    assert not client.exists("redbeat:dropped")
+    scheduler.close()
+
+
+def test_a_redis_py_lock_put_on_the_scheduler_is_carried_on(app, published):
+    scheduler = RedBeatScheduler(app)
+    lock = get_redis(app).lock(scheduler.lock_key, timeout=30)
+    assert lock.acquire(blocking=False)
+    scheduler.lock = lock  # as 2.4.2's beat_init handler did
+    RedBeatSchedulerEntry("e", "tasks.x", HOUR, app=app, last_run_at=overdue()).save()
+    scheduler.tick()
+    scheduler.tick()
+    assert len(published) == 1 and scheduler.leading
+    assert scheduler.lock.owned() and scheduler.lock.name == scheduler.lock_key
+    scheduler.close()

@@ -16,7 +16,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import LockNotOwnedError
 
@@ -66,6 +66,15 @@ class Lease:
         self.timeout = float(timeout)
         self.token = token or new_token()
         self.sleep = sleep
+
+    @classmethod
+    def adopt(cls, store: ScheduleStore, lock: Any, default_timeout: float) -> Lease:
+        """The lease of a redis-py ``Lock`` (its name, token and timeout)."""
+        token = getattr(getattr(lock, "local", None), "token", None)
+        if isinstance(token, bytes):
+            token = token.decode()
+        name = lock.name.decode() if isinstance(lock.name, bytes) else lock.name
+        return cls(store, name, lock.timeout or default_timeout, token or None)
 
     @property
     def timeout_ms(self) -> int:

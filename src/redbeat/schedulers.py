@@ -214,6 +214,10 @@ class RedBeatScheduler(Scheduler):
             # take the lock): leading unfenced could double-send, so refuse.
             raise AttributeError(f"scheduler.lock is None while lock_key {self._lock_key!r} "
                                  "is set; assign a lock key again to rebuild the lease")
+        if self.lock is not None and not isinstance(self.lock, Lease):
+            # a redis-py Lock put here by code written for 2.4.2 (its beat_init handler
+            # copied): carry on under its key and token
+            self.lock = Lease.adopt(self.store, self.lock, self.lock_timeout)
         return self.lock
 
     @property
@@ -290,6 +294,9 @@ class RedBeatScheduler(Scheduler):
     def sync_statics(self, now: datetime) -> None:
         """Write the static entries (keeping their run history) and delete the statics
         no longer configured: two round trips for any number of statics."""
+        if type(self).update_from_dict is not RedBeatScheduler.update_from_dict:
+            self._sync_statics_through_update_from_dict()
+            return
         statics = self.static_entries()
         entries = list(statics.values())
         recorded, stored = self.store.read_statics([entry.key for entry in entries])
@@ -311,6 +318,19 @@ class RedBeatScheduler(Scheduler):
         for _, name in removed:
             logger.info("beat: Removed static entry %r (no longer in beat_schedule)", name)
         logger.info("beat: Synced %d static entries", len(writes))
+
+    def _sync_statics_through_update_from_dict(self) -> None:
+        """2.4.2's way, for a subclass that overrides ``update_from_dict`` to shape the
+        statics: the configured entries go through it, one save each."""
+        configured = {**celery_default_entries(self.app, self.config.schedule),
+                      **self.config.schedule}
+        for name in self.store.static_names() - set(configured):
+            self.store.delete(self.Entry.generate_key(self.app, name))
+            self.store.forget_static(name)
+            logger.info("beat: Removed static entry %r (no longer in beat_schedule)", name)
+        self.update_from_dict(configured)
+        self.store.record_statics(configured)
+        logger.info("beat: Synced %d static entries through update_from_dict", len(configured))
 
     @staticmethod
     def _static_due(

@@ -404,6 +404,11 @@ class ScheduleStore:
     def static_names(self) -> set[str]:
         return set(self.policy.call(lambda: self.client.smembers(self.keys.statics)))
 
+    def record_statics(self, names: Iterable[str]) -> None:
+        names = list(names)
+        if names:
+            self.policy.call(lambda: self.client.sadd(self.keys.statics, *names))
+
     def forget_static(self, name: str) -> None:
         self.policy.call(lambda: self.client.srem(self.keys.statics, name))
 
