@@ -9,8 +9,9 @@ showed it as a success. The scheduler records each one (:func:`record_failure`, 
 which keeps celery-redbeat 2.4.2's two keys) and in the ``<prefix>:failing`` set that
 ``status`` reads.
 
-An entry is *failing* while its last failure is not older than its last claimed slot:
-the next slot that goes out clears the state (the count stays, as history).
+An entry is *failing* while its last failure is not older than its last claimed slot (less
+a moment for a claim in flight): the next slot that goes out clears the state (the count
+stays, as history).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import redis.exceptions
@@ -30,6 +31,8 @@ logger = logging.getLogger("celery.beat")
 
 #: Failures kept per entry besides the count.
 RECENT = 5
+#: Seconds a claimed slot may take to be published or refused.
+IN_FLIGHT = 3.0
 #: Longest reason stored (a repr of an exception can carry a whole argument).
 REASON_LIMIT = 500
 
@@ -52,12 +55,14 @@ class Failures:
         return self.recent[0] if self.recent else None
 
     def failing_since(self, last_run_at: datetime | None) -> bool:
-        """Whether the last failure is at least as recent as the last claimed slot
-        (``meta``'s ``last_run_at``): no dispatch has gone out since it."""
+        """Whether no dispatch has gone out since the last failure: its time is at least
+        that of the last claimed slot (``meta``'s ``last_run_at``), less IN_FLIGHT, since
+        the newest claim may not have been published, or refused, yet (without it, a
+        refused entry read between a claim and its refusal looked healthy)."""
         last = self.last
         if last is None:
             return False
-        return last_run_at is None or last.at >= last_run_at
+        return last_run_at is None or last.at >= last_run_at - timedelta(seconds=IN_FLIGHT)
 
     def task_ids(self) -> dict[str, Failure]:
         return {failure.task_id: failure for failure in self.recent}
