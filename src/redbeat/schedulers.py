@@ -440,10 +440,13 @@ class RedBeatScheduler(Scheduler):
         Celery's own: the price of the hooks, paid only by subclasses that have them."""
         waits = [self.poll_interval]
         for row in fetch.rows:
+            if row.definition is None:
+                continue  # no entry hash (gone since it was scheduled): nothing to ask
             try:
-                entry = self.Entry.from_key(row.key, app=self.app)
-            except KeyError:
-                continue  # deleted since the fetch
+                # from what the fetch read (no round trip per entry); decode builds a
+                # subclass through its own constructor, as from_key does
+                entry = self.Entry.decode(self.app, row.key, row.definition, row.meta,
+                                          policy=row.policy)
             except InvalidEntry as exc:
                 self._quarantine(row, exc.reason, lease, now)
                 continue
