@@ -746,7 +746,7 @@ def status_command(ctx: click.Context) -> None:
     for name, reason in state.quarantined:
         click.echo(f"quarantined: {name}: {reason}")
     store = store_for(app)
-    failing = failing_summary(store.client, ensure_conf(app).keys, store.policy.call)
+    failing = failing_summary(store.failure_rows(manage.QUARANTINE_SAMPLE), ensure_conf(app).keys)
     click.echo(f"failing:     {len(failing.failing)} (last dispatch refused by Celery or the "
                f"broker; {failing.total} failed dispatch(es) recorded)")
     for name, failure in failing.failing:

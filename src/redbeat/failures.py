@@ -25,7 +25,7 @@ from typing import Any
 
 import redis.exceptions
 
-from .keys import FAILURES, META, KeyLayout
+from .keys import FAILURES, KeyLayout
 
 logger = logging.getLogger("celery.beat")
 
@@ -122,24 +122,14 @@ class FailingSummary:
     total: int
 
 
-def failing_summary(client: Any, keys: KeyLayout, call: Any) -> FailingSummary:
-    """Read the entries with a recorded failure (two round trips; ``call`` is the
-    store's retry policy) and tell which are failing now."""
+def failing_summary(rows: list[tuple[str, str | None, str | None]],
+                    keys: KeyLayout) -> FailingSummary:
+    """Which of the entries with a recorded failure (key, ``failures`` field, ``meta``:
+    ``ScheduleStore.failure_rows``) are failing now, and how many failures they hold."""
     from .entry import parse_meta
 
-    # newest first; ZRANGE, not ZREVRANGE, which the documented ACL user lacks
-    members = list(reversed(call(lambda: client.zrange(keys.failing, 0, -1))))
-    if not members:
-        return FailingSummary([], 0)
-
-    def read() -> Any:
-        with client.pipeline(transaction=False) as pipe:
-            for key in members:
-                pipe.hmget(key, FAILURES, META)
-            return pipe.execute()
-
     failing, total = [], 0
-    for key, (raw, meta) in zip(members, call(read), strict=True):
+    for key, raw, meta in rows:
         failures = read_failures({FAILURES: raw} if raw else {})
         if failures is None:
             continue

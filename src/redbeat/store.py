@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .keys import CHANGED, DEFINITION, META, PARKED_SCORE, POLICY, QUARANTINE, KeyLayout
+from .keys import CHANGED, DEFINITION, FAILURES, META, PARKED_SCORE, POLICY, QUARANTINE, KeyLayout
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -243,6 +243,18 @@ class ScheduleStore:
             self._run("confirm", [self.keys.pending, self.keys.held_definitions],
                       [json.dumps(ids, ensure_ascii=False),
                        json.dumps([list(miss) for miss in misfires], ensure_ascii=False)])
+
+    def failure_rows(self, limit: int) -> list[tuple[str, str | None, str | None]]:
+        """The newest ``limit`` entries with a recorded failure: key, ``failures`` field and
+        ``meta``, in two round trips whatever the size of the failing set."""
+        # ZRANGE on negative indexes, not ZREVRANGE, which the documented ACL user lacks
+        members = list(reversed(self.policy.call(
+            lambda: self.client.zrange(self.keys.failing, -limit, -1))))
+        if not members:
+            return []
+        fields = self._pipelined(
+            lambda pipe: [pipe.hmget(key, FAILURES, META) for key in members])
+        return [(key, raw, meta) for key, (raw, meta) in zip(members, fields, strict=True)]
 
     def record_failure(self, key: str, task_id: str, reason: str, node: str) -> bool:
         """Record on the entry a dispatch Celery or the broker refused (see
