@@ -10,6 +10,7 @@ prefix such as ``{redbeat}:`` keeps every key in one Redis Cluster slot.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 # Hash fields of an entry. ``definition`` and ``meta`` are the 2.4.2 contract; the
 # others are ours and invisible to 2.4.2, which only ever HGETs the first two.
@@ -85,7 +86,7 @@ class KeyLayout:
             return self.lock_name
         return self.prefix + self.lock_name
 
-    @property
+    @cached_property  # asked once per due row on the tick: built once per layout
     def internal(self) -> frozenset[str]:
         """The package's own keys: no entry may be named so that its key is one of them
         (an entry ``:lock`` would turn the lock into a hash no node can ever take)."""
