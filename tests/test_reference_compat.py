@@ -8,29 +8,21 @@ they fail, so the compatibility claim is always checked there.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import textwrap
 from datetime import datetime, timezone
 
-import pytest
 from celery.schedules import crontab
 
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.schedules import rrule
-from support.redis_server import redis_required
+from support import reference
+from support.reference import needs_reference
 
-REFERENCE = os.environ.get("REDBEAT_REFERENCE_PYTHON")
-
-pytestmark = pytest.mark.skipif(
-    not REFERENCE and not redis_required(),
-    reason="REDBEAT_REFERENCE_PYTHON (a Python with celery-redbeat 2.4.2) is not set",
-)
+pytestmark = needs_reference()
 
 
 def run_reference(script: str, url: str) -> dict:
-    if not REFERENCE:
-        pytest.fail("REDBEAT_REFERENCE_PYTHON must be set in CI")
+    """Run ``script`` under 2.4.2 with an app on ``url``; the last line it prints, as JSON."""
     prelude = textwrap.dedent(f"""
         import json, sys
         from celery import Celery
@@ -38,10 +30,8 @@ def run_reference(script: str, url: str) -> dict:
         app.conf.redbeat_redis_url = {url!r}
         app.conf.timezone = 'UTC'
     """)
-    result = subprocess.run([REFERENCE, "-c", prelude + textwrap.dedent(script)],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    output = reference.run_reference(prelude + textwrap.dedent(script))
+    return json.loads(output.strip().splitlines()[-1])
 
 
 class Recording(RedBeatScheduler):
