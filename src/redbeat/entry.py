@@ -9,7 +9,6 @@ can act on, never as a crash of the tick.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import socket
@@ -27,7 +26,8 @@ from celery.schedules import BaseSchedule, ParseException, schedstate
 from . import decoder, legacy
 from .connection import get_redis, unwrapped
 from .keys import PARKED_SCORE
-from .nexttime import first_due, next_after, utc
+from .nextrun import NextRun, next_run, score_of, to_score
+from .nexttime import next_after, utc
 from .policy import DEFAULT as DEFAULT_POLICY
 from .policy import EntryPolicy
 from .retry import RetryPolicy
@@ -70,18 +70,6 @@ def to_millisecond(moment: datetime) -> datetime:
 
 def node_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def to_score(moment: datetime | None) -> float:
-    """A due time as a schedule score: epoch seconds rounded *up* to the millisecond, so
-    a tick never selects an entry before it is due (and never reloads it for nothing)."""
-    if moment is None:
-        return PARKED_SCORE
-    return math.ceil(round(utc(moment).timestamp() * 1000, 3)) / 1000
-
-
-def from_score(score: float) -> datetime:
-    return datetime.fromtimestamp(score, tz=timezone.utc)
 
 
 def as_utc_zone(moment: datetime) -> datetime:
@@ -189,11 +177,12 @@ class RedBeatSchedulerEntry(ScheduleEntry):
     def next_due(self) -> datetime | None:
         """The real next run time (in the past when overdue); None when the schedule
         has no more runs. The score is this time (with the policy's delay)."""
-        if self.last_run_at is None:
-            due = first_due(self.schedule, utc(self._default_now()))
-        else:
-            due = next_after(self.schedule, self.last_run_at)
-        return self.policy.window(self.schedule, due)
+        run = self._next_run()
+        return None if run is None else run.due
+
+    def _next_run(self) -> NextRun | None:
+        return next_run(self.schedule, self.policy, self.name, self.last_run_at,
+                        utc(self._default_now()))
 
     @property
     def due_at(self) -> datetime | None:
@@ -210,8 +199,7 @@ class RedBeatSchedulerEntry(ScheduleEntry):
             return PARKED_SCORE
         if type(self).due_at is not RedBeatSchedulerEntry.due_at:
             return to_score(self.due_at)  # a subclass's own due time, as 2.4.2 scored it
-        due = self.next_due()
-        return to_score(None if due is None else due + self.policy.delay(self.name, due))
+        return score_of(self._next_run())
 
     @property
     def rank(self) -> int | None:

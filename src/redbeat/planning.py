@@ -29,15 +29,9 @@ from typing import NamedTuple
 
 from celery import Celery
 
-from .entry import (
-    InvalidEntry,
-    RedBeatSchedulerEntry,
-    from_score,
-    meta_json,
-    to_score,
-)
+from .entry import InvalidEntry, RedBeatSchedulerEntry, meta_json
 from .keys import META, MISFIRES, PARKED_SCORE, QUARANTINE, KeyLayout, history_field
-from .nexttime import first_due, next_after
+from .nextrun import NextRun, following_run, from_score, next_run, score_of
 from .policy import EntryPolicy, misfire_record
 from .settings import ensure_conf
 from .store import Op, Row, definition_sha1
@@ -120,14 +114,6 @@ def quarantine_reason(reason: str, now: datetime, node: str) -> str:
     return json.dumps({"reason": reason, "at": now.isoformat(), "node": node})
 
 
-def first_due_time(entry: RedBeatSchedulerEntry, row: Row, now: datetime) -> datetime | None:
-    """The due time of an entry that never ran: the time it was saved for, unless it
-    was written by hand with score 0 ("due now, work out when")."""
-    if row.score > 0:
-        return from_score(row.score)
-    return first_due(entry.schedule, now)
-
-
 def plan_row(
     app: Celery, row: Row, now: datetime, policy: Policy, plan: Plan,
     entry_class: type[RedBeatSchedulerEntry] = RedBeatSchedulerEntry,
@@ -158,31 +144,30 @@ def plan_row(
         plan.ops.append(Op("update", row.key, row.fingerprint, PARKED_SCORE))
         return
     rules = entry.policy.with_default_grace(policy.misfire_grace_time)
-    due = rules.window(entry.schedule, next_after(entry.schedule, entry.last_run_at)
-                       if entry.last_run_at else first_due_time(entry, row, now))
-    if due is None:
+    run = next_run(entry.schedule, rules, entry.name, entry.last_run_at, now, row.score)
+    if run is None:
         logger.info("beat: %s has no more runs; parked", entry.name)
         plan.ops.append(Op("update", row.key, row.fingerprint, PARKED_SCORE,
                            expire=int(rules.ttl or 0)))
         return
-    send_at = due + rules.delay(entry.name, due)
-    if send_at > now:
+    if run.send_at > now:
         # stored early (written by celery-redbeat or by hand): correct it, send nothing
-        plan.ops.append(Op("update", row.key, row.fingerprint, to_score(send_at)))
+        plan.ops.append(Op("update", row.key, row.fingerprint, run.score))
         return
-    _claim(row, entry, rules, due, now, policy, plan)
+    _claim(row, entry, rules, run, now, policy, plan)
 
 
-def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, due: datetime,
+def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: NextRun,
            now: datetime, policy: Policy, plan: Plan) -> None:
     """Claim the slots of a due entry: coalesced or one by one, minus those too late."""
+    due = run.due
     slots, dropped = rules.missed(entry.schedule, due, now)
     runs, skipped = slots, []  # type: list[datetime], list[datetime]
     if rules.misfire_grace_time is not None:
         runs = []
         for slot in slots:
-            late = rules.too_late(slot + rules.delay(entry.name, slot), now)
-            (skipped if late else runs).append(slot)
+            send_at = run.send_at if slot == due else rules.send_time(entry.name, slot)
+            (skipped if rules.too_late(send_at, now) else runs).append(slot)
     if slots[0] != due and rules.coalesce:
         logger.info("beat: %s missed slots from %s; one catch-up run for %s",
                     entry.name, due, slots[-1])
@@ -195,18 +180,17 @@ def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, due: date
         if misfires:
             fields.append((MISFIRES, misfires))
     claims, pending = [], []
-    for run, slot in enumerate(runs, entry.total_run_count):
+    for number, slot in enumerate(runs, entry.total_run_count):
         task_id = slot_task_id(entry.name, slot) if policy.deterministic_task_ids \
             else str(uuid.uuid4())
         claims.append(Claim(task_id, entry, slot))
         if policy.at_least_once:
             pending.append((task_id, repr(slot.timestamp())))
         if policy.history_length > 0:
-            fields.append((history_field(run, policy.history_length),
+            fields.append((history_field(number, policy.history_length),
                            history_record(task_id, slot, plan.claimed_at, policy.node_json)))
-    following = rules.window(entry.schedule, next_after(entry.schedule, slots[-1]))
-    score = PARKED_SCORE if following is None else to_score(
-        following + rules.delay(entry.name, following))
+    following = following_run(entry.schedule, rules, entry.name, slots[-1])
+    score = score_of(following)
     expire = int(rules.ttl or 0) if following is None else 0
     plan.ops.append(Op("update", row.key, row.fingerprint, score, tuple(fields),
                        tuple(pending), expire))
@@ -278,5 +262,5 @@ def held_grace(message: PendingMessage, policy_text: str | None, default: float 
     except Exception:  # whatever the field holds: it quarantines the entry, not its slots
         rules = EntryPolicy()
     rules = rules.with_default_grace(default)
-    send_at = message.due + rules.delay(message.entry.name, message.due)
+    send_at = rules.send_time(message.entry.name, message.due)
     return rules.misfire_grace_time if rules.too_late(send_at, now) else None

@@ -113,6 +113,14 @@ class EntryPolicy:
         fraction = int.from_bytes(digest[:8], "big") / 2**64
         return timedelta(seconds=self.jitter * fraction)
 
+    def send_time(self, name: str, due: datetime) -> datetime:
+        """When the slot due at ``due`` is sent: after its jitter, but never after
+        ``end_time`` (a slot inside the window is sent inside it)."""
+        send_at = due + self.delay(name, due)
+        if self.end_time is not None and send_at > utc(self.end_time):
+            return max(due, utc(self.end_time))
+        return send_at
+
     def missed(self, schedule: Any, due: datetime, now: datetime) -> tuple[list[datetime], int]:
         """The slots to run now (oldest first), and how many older ones will never run.
 

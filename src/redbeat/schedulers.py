@@ -40,15 +40,13 @@ from .entry import (
     InvalidEntry,
     RedBeatSchedulerEntry,
     changed_json,
-    from_score,
     meta_json,
     node_name,
     store_for,
-    to_score,
 )
 from .keys import PARKED_SCORE, QUARANTINE
 from .lock import Holder, Lease
-from .nexttime import next_after
+from .nextrun import next_run, score_of
 from .planning import (
     Claim,
     PendingMessage,
@@ -303,13 +301,13 @@ class RedBeatScheduler(Scheduler):
         writes = []
         for entry, (meta_text, score) in zip(entries, stored, strict=True):
             try:
-                due = self._static_due(entry, meta_text, score, now)
+                upcoming = self._static_score(entry, meta_text, score, now)
             except (ValueError, OverflowError) as exc:  # a schedule past its bounds
                 logger.error("beat: Skipping static entry %r: %s", entry.name, exc)
                 continue
             writes.append(StaticWrite(  # the meta only lands on a static seen the first time
                 entry.key, entry.name, entry.definition_json(), meta_json(now, 0),
-                to_score(due) if entry.enabled else -1.0, changed_json("static-sync"),
+                upcoming if entry.enabled else PARKED_SCORE, changed_json("static-sync"),
                 entry.policy.to_json(),
             ))
         removed = [(self.Entry.generate_key(self.app, name), name)  # the entry class's keys
@@ -333,19 +331,21 @@ class RedBeatScheduler(Scheduler):
         logger.info("beat: Synced %d static entries through update_from_dict", len(configured))
 
     @staticmethod
-    def _static_due(
+    def _static_score(
         entry: RedBeatSchedulerEntry, meta_text: str | None, score: float | None, now: datetime
-    ) -> datetime | None:
+    ) -> float:
+        """The score a static is written with: by the one rule (redbeat.nextrun), from
+        its stored run history; a static seen the first time counts as having run now
+        (its meta is written so), so it first runs one interval from now, as in Celery."""
         try:
             meta = decoder.loads(meta_text) if meta_text else {}
             last_run_at = meta.get("last_run_at") if isinstance(meta, dict) else None
         except ValueError:
             last_run_at = None
-        if isinstance(last_run_at, datetime):
-            return next_after(entry.schedule, last_run_at)
-        if score is not None and score > 0:
-            return from_score(score)
-        return next_after(entry.schedule, now)  # new: one interval from now, as in Celery
+        if not isinstance(last_run_at, datetime):
+            last_run_at = None if score is not None and score > 0 else now
+        return score_of(next_run(entry.schedule, entry.policy, entry.name, last_run_at, now,
+                                 score))
 
     # -- the loop ------------------------------------------------------------------------
 
