@@ -94,6 +94,32 @@ def test_daily_job_on_transition_night_runs_exactly_once(redis_server, zone, sea
     assert transition == [local(z, *fields) for z, fields in expected]
 
 
+GAPS = [
+    # every wall time inside the gap runs once, shifted forward by the gap's length; a
+    # shifted time that falls on a real wall time of the schedule (02:00 -> 03:00 EDT)
+    # is one run
+    (crontab(minute="*/20", hour="1-2", timezone=NEW_YORK), (2027, 3, 14), NEW_YORK,
+     [(1, 0), (1, 20), (1, 40), (3, 0), (3, 20), (3, 40)]),
+    (crontab(minute="*/20", hour="2-3", timezone=NEW_YORK), (2027, 3, 14), NEW_YORK,
+     [(3, 0), (3, 20), (3, 40)]),
+    (crontab(minute="0,30", hour=1, timezone=LONDON), (2027, 3, 28), LONDON,
+     [(2, 0), (2, 30)]),
+]
+
+
+@pytest.mark.parametrize(("schedule", "day", "zone", "walls"), GAPS,
+                         ids=["new-york-1-2", "new-york-2-3", "london-1"])
+def test_every_wall_time_in_a_spring_forward_gap_runs_once(redis_server, schedule, day, zone,
+                                                           walls):
+    """Issue 12, item 1: only the first wall time in the gap ran."""
+    app = make_app(redis_server.url)
+    start = local(zone, *day, 0, 0) - timedelta(hours=2)
+    save(app, "gap", schedule, start)
+    sent = [due for name, due in run_between(app, start, start + timedelta(hours=8),
+                                             step=timedelta(minutes=10)) if name == "gap"]
+    assert sent == [local(zone, *day, *wall) for wall in walls]
+
+
 @pytest.mark.parametrize(("zone", "spring", "autumn"), [
     ("Europe/London", (2026, 3, 29), (2026, 10, 25)),
     ("America/New_York", (2026, 3, 8), (2026, 11, 1)),

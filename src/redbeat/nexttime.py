@@ -48,6 +48,9 @@ UTC = timezone.utc
 #: A crontab that matches no day within eight years (Feb 29 on a given weekday
 #: repeats every 28 years, but no sane rule needs more than this) never runs.
 CRON_SEARCH_DAYS = 366 * 8
+#: The largest change of a zone's UTC offset at one transition (real ones are at most
+#: two hours): how far back a spring-forward gap can still hold wall times to run.
+MAX_DST_SHIFT = timedelta(hours=3)
 #: Catch-up stops walking slot by slot after this many steps.
 MAX_CATCH_UP_STEPS = 10_000
 
@@ -567,16 +570,22 @@ def _day_matches(cron: celery_schedules.crontab, day: date) -> bool:
 def _earliest_wall(after: datetime, zone: Any) -> datetime:
     """The earliest local wall time whose run could still come after ``after``.
 
-    Normally ``after``'s own wall time; inside a repeated (fall-back) hour on its first
-    pass, the second pass of earlier wall times is still ahead, so step back by the
-    size of the shift.
+    Normally ``after``'s own wall time, but two kinds of earlier wall times can still
+    run after it: inside a repeated (fall-back) hour on its first pass, the second pass
+    of earlier wall times; and just after a spring-forward gap, the wall times inside
+    the gap, which run shifted forward by its length (02:20 in New York's gap runs at
+    03:20 EDT, after 03:00 EDT). Step back by the size of the shift.
     """
     local = after.astimezone(zone)
     wall = local.replace(tzinfo=None, second=0, microsecond=0)
+    offset = local.utcoffset() or timedelta()
     other = local.replace(fold=1 - local.fold)
-    shift = (local.utcoffset() or timedelta()) - (other.utcoffset() or timedelta())
+    shift = offset - (other.utcoffset() or timedelta())
     if local.fold == 0 and shift > timedelta():
         return wall - shift
+    earlier = (after - MAX_DST_SHIFT).astimezone(zone).utcoffset() or timedelta()
+    if offset > earlier:  # clocks went forward within the last MAX_DST_SHIFT
+        return wall - (offset - earlier)
     return wall
 
 
