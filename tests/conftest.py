@@ -17,7 +17,22 @@ from celery import Celery
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from support import senders  # noqa: E402
 from support.redis_server import RedisServer, redis_required, redis_server_binary  # noqa: E402
+
+senders.install()
+
+
+@pytest.fixture(autouse=True)
+def only_the_store_talks_to_redis() -> Iterator[None]:
+    """Fails the test during which a redbeat module other than the store sent a Redis
+    command (support/senders.py): docs/design.md's "store.py holds every round trip"."""
+    senders.take()  # whatever a background thread of an earlier test sent late
+    yield
+    found = sorted(set(senders.take()))
+    if found:
+        pytest.fail("Redis commands sent outside redbeat.store: "
+                    + "; ".join(str(violation) for violation in found), pytrace=False)
 
 
 def make_app(url: str, **conf: object) -> Celery:

@@ -4,8 +4,8 @@ A slot Celery or the broker refuses for what it is (a ``TypeError`` from the tas
 signature, an argument the serializer cannot encode) would fail the same way forever,
 so the scheduler logs it and drops it instead of blocking the slots behind it. The run
 was claimed (the run count and history already name it), so without a record the CLI
-showed it as a success. The scheduler records each one (:func:`record_failure`, through
-``ScheduleStore.record_failure``) in the entry's ``failures`` field (never in ``meta``,
+showed it as a success. The scheduler records each one (``ScheduleStore.record_failure``,
+with :func:`failure_json`) in the entry's ``failures`` field (never in ``meta``,
 which keeps celery-redbeat 2.4.2's two keys) and in the ``<prefix>:failing`` set that
 ``status`` reads.
 
@@ -17,17 +17,11 @@ stays, as history).
 from __future__ import annotations
 
 import json
-import logging
-import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-import redis.exceptions
-
 from .keys import FAILURES, KeyLayout
-
-logger = logging.getLogger("celery.beat")
 
 #: Failures kept per entry besides the count.
 RECENT = 5
@@ -72,21 +66,6 @@ def failure_json(task_id: str, reason: str, node: str, at: float) -> str:
     moment = datetime.fromtimestamp(at, tz=timezone.utc)
     return json.dumps({"task_id": task_id, "at": moment.isoformat(), "at_epoch": at,
                        "reason": reason[:REASON_LIMIT], "node": node})
-
-
-def record_failure(client: Any, script: Any, keys: KeyLayout, key: str, task_id: str,
-                   reason: str, node: str, at: float | None = None) -> bool:
-    """Record one refused dispatch of the entry at ``key`` (one round trip). A record
-    that cannot be written is logged, never raised: the slot was already dropped, and
-    an error here must not turn into a broker outage or stop the publishing thread."""
-    at = time.time() if at is None else at
-    try:
-        return bool(script(keys=[key, keys.failing],
-                           args=[failure_json(task_id, reason, node, at), repr(at), RECENT],
-                           client=client))
-    except redis.exceptions.RedisError as exc:
-        logger.warning("beat: Could not record the failed dispatch %s: %s", task_id, exc)
-        return False
 
 
 def read_failures(fields: dict[str, str]) -> Failures | None:

@@ -10,16 +10,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from redis.exceptions import RedisError
+
+from .failures import RECENT as RECENT_FAILURES
+from .failures import failure_json
 from .keys import CHANGED, DEFINITION, FAILURES, META, PARKED_SCORE, POLICY, QUARANTINE, KeyLayout
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
     from .lock import Lease
+
+logger = logging.getLogger("celery.beat")
 
 
 def _lua(name: str) -> str:
@@ -135,7 +143,7 @@ class ScheduleStore:
         self._scripts = {
             name: client.register_script(load_script(name))
             for name in ("tick", "commit", "confirm", "hold", "read_statics", "sync_statics",
-                         "release", "extend", "sweep")
+                         "release", "extend", "sweep", "failure")
         }
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -256,16 +264,20 @@ class ScheduleStore:
             lambda pipe: [pipe.hmget(key, FAILURES, META) for key in members])
         return [(key, raw, meta) for key, (raw, meta) in zip(members, fields, strict=True)]
 
-    def record_failure(self, key: str, task_id: str, reason: str, node: str) -> bool:
+    def record_failure(self, key: str, task_id: str, reason: str, node: str,
+                       at: float | None = None) -> bool:
         """Record on the entry a dispatch Celery or the broker refused (see
-        redbeat.failures): one attempt, never raising, as it runs after the slot was
-        dropped, possibly on the publishing thread."""
-        from .failures import record_failure
-
-        script = getattr(self, "_failure_script", None)
-        if script is None:
-            script = self._failure_script = self.client.register_script(load_script("failure"))
-        return record_failure(self.client, script, self.keys, key, task_id, reason, node)
+        redbeat.failures). One attempt, logged and never raised: it runs after the slot
+        was dropped, possibly on the publishing thread, and an error here must not turn
+        into a broker outage or stop that thread."""
+        at = time.time() if at is None else at
+        try:
+            return bool(self._scripts["failure"](
+                keys=[key, self.keys.failing],
+                args=[failure_json(task_id, reason, node, at), repr(at), RECENT_FAILURES]))
+        except RedisError as exc:
+            logger.warning("beat: Could not record the failed dispatch %s: %s", task_id, exc)
+            return False
 
     def hold(self, task_id: str, message: str, definition: str) -> bool:
         """Hold one slot outside a tick (run-now) as commit.lua holds claimed ones;
