@@ -24,8 +24,10 @@ from typing import Any, NamedTuple
 
 from redis.connection import AbstractConnection
 
-#: The only modules of the package that may send a Redis command.
-ALLOWED = frozenset({"redbeat.store"})
+#: The only modules of the package that may send a Redis command: the store, and the
+#: connection plumbing, because building a Redis Cluster client asks the cluster for its
+#: slots and commands (redis-py does it in the constructor; nothing else there sends).
+ALLOWED = frozenset({"redbeat.store", "redbeat.connection"})
 
 #: Functions that talk to the *broker*, not to the schedule's Redis: a PING on a client
 #: from kombu's pool, when the broker is Redis (wherever the publish code keeps it).
