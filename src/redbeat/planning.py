@@ -29,12 +29,12 @@ from typing import NamedTuple
 
 from celery import Celery
 
+from .batch import Op, Row, definition_sha1
 from .entry import InvalidEntry, RedBeatSchedulerEntry, meta_json
 from .keys import META, MISFIRES, PARKED_SCORE, QUARANTINE, KeyLayout, history_field
 from .nextrun import NextRun, following_run, from_score, next_run, score_of
 from .policy import EntryPolicy, misfire_record
 from .settings import ensure_conf
-from .store import Op, Row, definition_sha1
 
 logger = logging.getLogger("celery.beat")
 

@@ -8,17 +8,17 @@ and ``confirm`` (1), whatever the number of due entries.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from .batch import Op, Row, definition_sha1
 from .failures import RECENT as RECENT_FAILURES
 from .failures import failure_json
 from .keys import CHANGED, DEFINITION, FAILURES, META, PARKED_SCORE, POLICY, QUARANTINE, KeyLayout
@@ -39,34 +39,6 @@ def load_script(name: str) -> str:
     return _lua("prelude") + _lua(name)
 
 
-def fingerprint(definition: str | None, meta: str | None) -> str:
-    """What commit.lua compares to know an entry is unchanged since it was read."""
-    text = (definition or "") + "\n" + (meta or "")
-    return hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()
-
-
-def definition_sha1(definition: str) -> str:
-    """The name a pending record gives the definition it was claimed from (commit.lua's
-    ``redis.sha1hex`` of the same bytes): held slots share one stored copy per text."""
-    return hashlib.sha1(definition.encode("utf-8", "surrogateescape")).hexdigest()
-
-
-class Row(NamedTuple):
-    """One due entry as tick.lua read it: raw text, decoded later. (A tuple: a tick
-    builds a thousand of them.)"""
-
-    key: str
-    score: float
-    definition: str | None
-    meta: str | None
-    policy: str | None = None
-    misfires: str | None = None
-
-    @property
-    def fingerprint(self) -> str:
-        return fingerprint(self.definition, self.meta)
-
-
 @dataclass
 class Fetch:
     status: str  # 'leader', 'acquired' or 'standby'
@@ -79,24 +51,6 @@ class Fetch:
     #: each entry they are slots of (key -> policy, None when it has none or is gone).
     held: dict[str, str] = field(default_factory=dict)
     policies: dict[str, str | None] = field(default_factory=dict)
-
-
-class Op(NamedTuple):
-    """One write of commit.lua (see its header for the kinds)."""
-
-    kind: str
-    key: str
-    fingerprint: str = ""
-    score: float = 0.0
-    fields: tuple[tuple[str, str], ...] = ()
-    slots: tuple[tuple[str, str], ...] = ()  # (task id, due epoch seconds) to keep pending
-    expire: int = 0
-
-    def as_json(self) -> list[Any]:
-        """The operation as commit.lua reads it (see its header)."""
-        return [self.kind, self.key, self.fingerprint, repr(self.score), self.expire,
-                [text for pair in self.fields for text in pair],
-                [text for pair in self.slots for text in pair]]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,57 @@
+"""What a tick hands between the store and the planner: the rows tick.lua read and the
+writes commit.lua applies, as plain data.
+
+They live apart from ``store`` so the planner (pure, see docs/design.md) can build and
+read them without importing the module that talks to Redis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, NamedTuple
+
+
+def fingerprint(definition: str | None, meta: str | None) -> str:
+    """What commit.lua compares to know an entry is unchanged since it was read."""
+    text = (definition or "") + "\n" + (meta or "")
+    return hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def definition_sha1(definition: str) -> str:
+    """The name a pending record gives the definition it was claimed from (commit.lua's
+    ``redis.sha1hex`` of the same bytes): held slots share one stored copy per text."""
+    return hashlib.sha1(definition.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+class Row(NamedTuple):
+    """One due entry as tick.lua read it: raw text, decoded later. (A tuple: a tick
+    builds a thousand of them.)"""
+
+    key: str
+    score: float
+    definition: str | None
+    meta: str | None
+    policy: str | None = None
+    misfires: str | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.definition, self.meta)
+
+
+class Op(NamedTuple):
+    """One write of commit.lua (see its header for the kinds)."""
+
+    kind: str
+    key: str
+    fingerprint: str = ""
+    score: float = 0.0
+    fields: tuple[tuple[str, str], ...] = ()
+    slots: tuple[tuple[str, str], ...] = ()  # (task id, due epoch seconds) to keep pending
+    expire: int = 0
+
+    def as_json(self) -> list[Any]:
+        """The operation as commit.lua reads it (see its header)."""
+        return [self.kind, self.key, self.fingerprint, repr(self.score), self.expire,
+                [text for pair in self.fields for text in pair],
+                [text for pair in self.slots for text in pair]]
