@@ -311,7 +311,7 @@ class Status:
 
 
 def status(app: Celery, now: float | None = None, upcoming: int = 5) -> Status:
-    """Everything ``redbeat status`` shows, read in two round trips whatever the schedule
+    """Everything ``redbeat status`` shows, read in one round trip whatever the schedule
     size (quarantine reasons for at most ``QUARANTINE_SAMPLE`` parked entries)."""
     keys = ensure_conf(app).keys
     now = time.time() if now is None else now

@@ -423,9 +423,11 @@ class ScheduleStore:
         self._pipelined(build, transaction=True)
 
     def snapshot(self, now: float, upcoming: int, sample: int) -> dict[str, Any]:
-        """What ``redbeat status`` shows, in two round trips whatever the schedule size:
-        counts, the next ``upcoming`` members, and the quarantine reasons of at most
-        ``sample`` parked members (a status probe must not read every parked entry)."""
+        """What ``redbeat status`` shows, in one round trip of a fixed number of commands
+        whatever the schedule size: counts, the next ``upcoming`` members, and the
+        quarantine reasons of at most ``sample`` parked members (parked_sample.lua: a
+        status probe must not read every parked entry). The script goes as EVAL text, not
+        EVALSHA: a pipeline cannot reload a script the server lost, and this is no hot path."""
         keys = self.keys
         (holder, ttl, total, overdue, oldest, following, parked, waiting, parked_sample,
          pending, nodes, server, policy) = self._pipelined(lambda pipe: (
@@ -436,14 +438,16 @@ class ScheduleStore:
                                withscores=True),
             pipe.zcount(keys.schedule, PARKED_SCORE, PARKED_SCORE),
             pipe.zcount(keys.schedule, 0, 0),
-            pipe.zrangebyscore(keys.schedule, PARKED_SCORE, PARKED_SCORE, start=0, num=sample),
+            pipe.eval(load_script("parked_sample"), 1, keys.schedule, sample),
             pipe.hlen(keys.pending), pipe.hgetall(keys.nodes), pipe.info("server"),
             pipe.config_get("maxmemory-policy"),  # an ACL may refuse these two: not fatal
         ), raise_on_error=False)
-        reasons = self._pipelined(
-            lambda pipe: [pipe.hget(key, QUARANTINE) for key in parked_sample]
-        ) if parked_sample else []
+        for reply in (holder, ttl, total, overdue, oldest, following, parked, waiting,
+                      parked_sample, pending, nodes):
+            if isinstance(reply, Exception):
+                raise reply
+        reasons = list(zip(parked_sample[0::2], parked_sample[1::2], strict=True))
         return {"holder": holder, "ttl": ttl, "total": total, "overdue": overdue,
                 "oldest": oldest, "following": following, "parked": parked, "waiting": waiting,
-                "reasons": list(zip(parked_sample, reasons, strict=True)), "pending": pending,
-                "nodes": nodes, "server": server, "policy": policy}
+                "reasons": [(key, reason or None) for key, reason in reasons],
+                "pending": pending, "nodes": nodes, "server": server, "policy": policy}
