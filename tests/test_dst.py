@@ -161,6 +161,25 @@ def test_intervals_ignore_dst(redis_server):
     assert {b - a for a, b in zip(sent, sent[1:], strict=False)} == {timedelta(hours=1)}
 
 
+@pytest.mark.parametrize("enable_utc", [True, False])
+def test_relative_intervals_round_on_the_app_zones_clock(redis_server, enable_utc):
+    """Issue 12, item 3: as in Celery, a relative interval is rounded in the app's zone
+    (it was rounded in UTC): hourly on Kolkata's hour (:30 UTC), daily at its midnight."""
+    from celery.schedules import schedule
+
+    zone = "Asia/Kolkata"
+    app = make_app(redis_server.url, timezone=zone, enable_utc=enable_utc)
+    start = local(zone, 2027, 5, 4, 9, 10)
+    save(app, "hourly", schedule(timedelta(hours=1), relative=True), start)
+    save(app, "daily", schedule(timedelta(days=1), relative=True), start)
+    sent = run_between(app, start, start + timedelta(hours=40))
+    hourly = [due for name, due in sent if name == "hourly"]
+    assert hourly[:3] == [local(zone, 2027, 5, 4, hour, 0) for hour in (10, 11, 12)]
+    assert len(hourly) == 40 and {due.minute for due in hourly} == {30}  # in UTC
+    assert [due for name, due in sent if name == "daily"] == [local(zone, 2027, 5, day, 0, 0)
+                                                              for day in (5, 6)]
+
+
 def test_app_timezone_crontab_follows_the_app_zone(redis_server):
     app = make_app(redis_server.url, timezone="America/New_York", enable_utc=True)
     start = local("America/New_York", 2026, 3, 7, 12, 0)

@@ -199,3 +199,44 @@ def test_a_windowed_entry_with_jitter_runs_inside_its_window():
         sends.append(run.due)
         last = run.due
     assert sends == [t(10), t(20)]
+
+
+def relative(zone: str, seconds: float) -> schedule:
+    application = Celery("relative", set_as_current=False)
+    application.conf.timezone = zone
+    return schedule(timedelta(seconds=seconds), relative=True, app=application)
+
+
+# relative=True: rounded down to the interval's resolution on the app zone's clock
+RELATIVE = [
+    ("UTC", 7, "10:00:00", "10:00:07"),
+    ("UTC", 7.5, "10:00:07", "10:00:14"),  # cut to whole seconds: every 7 s
+    ("UTC", 90, "10:00:00", "10:01:00"),
+    ("UTC", 3600, "10:20:00", "11:00:00"),
+    ("Asia/Kolkata", 3600, "10:20:00", "10:30:00"),  # Kolkata's hour: :30 UTC
+    ("Asia/Kolkata", 3600, "10:30:00", "11:30:00"),
+    ("Asia/Kolkata", 86400, "10:20:00", "18:30:00"),  # its midnight
+    ("UTC", 0.5, "10:00:00", "10:00:00.500000"),  # rounding would not move: unrounded
+]
+
+
+@pytest.mark.parametrize("zone,every,after,expected", RELATIVE)
+def test_relative_interval_next(zone, every, after, expected):
+    day = "2027-05-04T"
+    run = next_run(relative(zone, every), EntryPolicy(), "r",
+                   datetime.fromisoformat(day + after + "+00:00"), T)
+    assert run is not None and run.due == datetime.fromisoformat(day + expected + "+00:00")
+
+
+@pytest.mark.parametrize("every,now,expected", [
+    (7, "10:01:05.300000", "10:01:03"),  # the chain from 10:00:00, not now - 60 s
+    (7.5, "10:01:05.300000", "10:01:03"),
+    (90, "10:17:30", "10:17:00"),
+])
+def test_relative_catch_up_stays_on_the_chain(every, now, expected):
+    from redbeat.nexttime import latest_slot
+
+    day = "2027-05-04T"
+    assert latest_slot(relative("UTC", every), datetime.fromisoformat(day + "10:00:00+00:00"),
+                       datetime.fromisoformat(day + now + "+00:00")) \
+        == datetime.fromisoformat(day + expected + "+00:00")

@@ -86,6 +86,26 @@ def test_missed_slots_are_coalesced_into_one_run(app):
     assert len(scheduler.sent) == 1
 
 
+def test_a_short_relative_interval_keeps_its_own_grid_after_downtime(app):
+    """Issue 12, item 2: 7 s relative, due 10:00:00, beat down until 10:01:05.3: the
+    catch-up run is the chain's 10:01:03 (it was 10:01:01, from now - 60 s), and the
+    runs after it stay on the chain."""
+    from celery.schedules import schedule
+
+    ten = datetime(2027, 5, 4, 10, 0, 0, tzinfo=timezone.utc)
+    RedBeatSchedulerEntry("rel", "tasks.x", schedule(timedelta(seconds=7), relative=True),
+                          app=app, last_run_at=ten - timedelta(seconds=7)).save()
+    clock = Clock((ten + timedelta(minutes=1, seconds=5.3)).timestamp())
+    scheduler = leader(app, clock)
+    scheduler.tick()
+    for seconds in (70, 70.5, 77, 84):
+        clock.now = (ten + timedelta(seconds=seconds)).timestamp()
+        scheduler.tick()
+    dues = [int(task_id.rsplit(":", 1)[1]) / 1000 - ten.timestamp()
+            for _, task_id in scheduler.sent]
+    assert dues == [63, 70, 77, 84]
+
+
 def test_early_score_is_corrected_without_sending(app):
     clock = Clock()
     entry = RedBeatSchedulerEntry("hourly", "tasks.x", 3600.0, app=app, last_run_at=at(-60))

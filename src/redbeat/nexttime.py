@@ -26,7 +26,7 @@ from functools import singledispatch
 from typing import Any
 
 from celery import schedules as celery_schedules
-from celery.utils.time import delta_resolution
+from celery.utils.time import remaining
 from dateutil import rrule as dateutil_rrule
 
 from .schedules import (
@@ -106,10 +106,39 @@ def first_due(schedule: Any, now: datetime) -> datetime | None:
 def _interval_next(schedule: celery_schedules.schedule, after: datetime) -> datetime | None:
     if overrides_estimate(schedule, celery_schedules.schedule):
         return celery_next(schedule, after)
-    upcoming = utc(after) + schedule.run_every
     if schedule.relative:
-        upcoming = delta_resolution(upcoming, schedule.run_every).replace(microsecond=0)
-    return upcoming
+        return _relative_next(schedule, utc(after))
+    return utc(after) + schedule.run_every
+
+
+def _relative_next(schedule: celery_schedules.schedule, after: datetime) -> datetime:
+    """A ``relative=True`` interval: ``after`` plus the interval, rounded down to the
+    interval's resolution (day, hour, minute or second) on the clock of the app's zone,
+    as Celery's own arithmetic (``celery.utils.time.remaining``) rounds it: an hourly
+    one runs on the hour of Asia/Kolkata's clock (:30 UTC), a daily one at its
+    midnight. Never at or before ``after`` (a rounding that falls back, as for an
+    interval under a second, leaves the interval unrounded)."""
+    local = after.astimezone(schedule.tz)
+    upcoming = after + remaining(local, schedule.run_every, now=after, relative=True)
+    return upcoming if upcoming > after else after + schedule.run_every
+
+
+def _relative_step(schedule: celery_schedules.schedule) -> float | None:
+    """The fixed distance between the runs of a ``relative=True`` interval under an
+    hour, in seconds: its length cut to its resolution (a 7.5 s interval runs every
+    7 s, a 90 s one every minute), the same in every zone (offsets are whole minutes).
+    None when the runs are not evenly spaced: an hour or more (daylight saving moves
+    the local hours and days), or under a second."""
+    every = schedule.run_every.total_seconds()
+    unit = 60 if every >= 60 else 1
+    step = every // unit * unit
+    return step if 1 <= step and every < 3600 else None
+
+
+def _on_grid(moment: datetime, step: float) -> bool:
+    """Whether ``moment`` is a whole second (step under a minute) or minute."""
+    unit = 60 if step >= 60 else 1
+    return moment.microsecond == 0 and (unit == 1 or moment.second == 0)
 
 
 @first_due.register
@@ -168,7 +197,12 @@ def count_slots(schedule: Any, first: datetime, last: datetime,
 def _interval_count(schedule: celery_schedules.schedule, first: datetime, last: datetime,
                     limit: int = MAX_CATCH_UP_STEPS) -> int:
     every = schedule.run_every.total_seconds()
-    if schedule.relative or every <= 0:
+    if schedule.relative:
+        step = _relative_step(schedule)
+        if step is None or not _on_grid(first, step):
+            return count_slots.dispatch(object)(schedule, first, last, limit)
+        every = step
+    if every <= 0:
         return count_slots.dispatch(object)(schedule, first, last, limit)
     return int((last - first).total_seconds() // every) + 1
 
@@ -176,8 +210,23 @@ def _interval_count(schedule: celery_schedules.schedule, first: datetime, last: 
 @latest_slot.register
 def _interval_latest(schedule: celery_schedules.schedule, due: datetime,
                      now: datetime) -> datetime:
+    """By arithmetic on the interval's own chain of runs from ``due`` (a relative one's
+    too, when evenly spaced: probing near ``now`` would land off its chain); walked
+    from ``due`` for a relative one of an hour or more (at most MAX_CATCH_UP_STEPS
+    runs: over a year of hourly runs)."""
     every = schedule.run_every.total_seconds()
-    if schedule.relative or every <= 0:
+    if schedule.relative:
+        step = _relative_step(schedule)
+        if step is not None and _on_grid(due, step):
+            every = step
+        elif every >= 1:
+            latest = due
+            for latest in slots_between(schedule, due, now):  # noqa: B007 - the last
+                pass
+            return latest
+        else:
+            return latest_slot.dispatch(object)(schedule, due, now)
+    if every <= 0:
         return latest_slot.dispatch(object)(schedule, due, now)
     return due + timedelta(seconds=every * int((now - due).total_seconds() // every))
 
