@@ -19,6 +19,11 @@ from redbeat.cli import main
 from redbeat.schedulers import get_redis
 
 
+def json_lines(output: str) -> list[dict]:
+    """`list --json`: one JSON object per line."""
+    return [json.loads(line) for line in output.splitlines()]
+
+
 @pytest.fixture
 def run(redis_server):
     runner = CliRunner()
@@ -42,9 +47,9 @@ def test_add_list_show(run, redis_server):
                                 "STATE"]
     assert any("ping" in line and "every 30s" in line for line in lines)
     assert any("cron 0 3 * * * (Europe/London)" in line for line in lines)
-    records = json.loads(run("list", "--json", "--pattern", "n*").output)
+    records = json_lines(run("list", "--json", "--pattern", "n*").output)
     assert [r["name"] for r in records] == ["nightly"]
-    shown = run("show", "standup").output
+    shown = run("show", "standup", "--raw").output
     assert '"__type__": "rrule"' in shown and "next runs:" in shown
     entry = RedBeatSchedulerEntry.from_key("redbeat:nightly", app=make_app(redis_server.url))
     assert entry.options == {"queue": "batch"} and entry.schedule.timezone == "Europe/London"
@@ -55,9 +60,9 @@ def test_add_list_show(run, redis_server):
 def test_enable_disable_delete(run, redis_server):
     run("add", "job", "tasks.job", "--every", "1m")
     assert run("disable", "job").exit_code == 0
-    assert json.loads(run("list", "--json").output)[0]["state"] == "disabled"
+    assert json_lines(run("list", "--json").output)[0]["state"] == "disabled"
     assert run("enable", "job").exit_code == 0
-    assert json.loads(run("list", "--json").output)[0]["state"] == "enabled"
+    assert json_lines(run("list", "--json").output)[0]["state"] == "enabled"
     assert run("delete", "job").exit_code == 0
     assert run("show", "job").exit_code == 3
 
@@ -89,26 +94,26 @@ def test_export_import_round_trip_to_another_prefix(run, redis_server, tmp_path)
     run("add", "b", "tasks.b", "--cron", "*/5 * * * *")
     client = get_redis(make_app(redis_server.url))
     client.hset("redbeat:a", "meta", '{"last_run_at": null, "total_run_count": 7}')
-    exported = run("export").output
+    exported = run("export").stdout
     path = tmp_path / "schedule.json"
     path.write_text(exported)
     runner = CliRunner()
     moved = runner.invoke(main, ["--url", redis_server.url, "--prefix", "other:", "import",
                                  str(path)])
-    assert moved.exit_code == 0 and "wrote 2" in moved.output
+    assert moved.exit_code == 0 and "created 2, updated 0" in moved.output
     again = runner.invoke(main, ["--url", redis_server.url, "--prefix", "other:", "import",
                                  str(path)])
-    assert "wrote 0, unchanged 2" in again.output  # idempotent
+    assert "created 0, updated 0, unchanged 2" in again.output  # idempotent
     for name in ("a", "b"):
         for field in ("definition", "meta"):
             assert client.hget(f"other:{name}", field) == client.hget(f"redbeat:{name}", field)
     assert client.zscore("other::schedule", "other:a") == client.zscore("redbeat::schedule",
                                                                        "redbeat:a")
-    yaml_text = run("export", "--format", "yaml").output
+    yaml_text = run("export", "--format", "yaml").stdout
     (tmp_path / "schedule.yaml").write_text(yaml_text)
     run("delete", "b")
     dry = run("import", str(tmp_path / "schedule.yaml"), "--dry-run")
-    assert "would write 1" in dry.output and not client.exists("redbeat:b")
+    assert "would create 1" in dry.output and not client.exists("redbeat:b")
     pruned = runner.invoke(main, ["--url", redis_server.url, "--prefix", "other:", "import",
                                   "--prune", str(tmp_path / "schedule.yaml")])
     assert "pruned 0" in pruned.output
@@ -195,7 +200,7 @@ def test_list_show_export_survive_a_deeply_nested_and_an_out_of_range_entry(run,
         assert result.exit_code == 0, (args, result.output)
     assert "RecursionError" in run("show", "deep").output
     assert "cannot be computed" in run("show", "huge").output
-    exported = json.loads(run("export").output)
+    exported = json.loads(run("export").stdout)
     assert {record["name"] for record in exported["entries"]} >= {"deep", "huge"}
 
 
@@ -240,7 +245,7 @@ def test_celery_form_honours_prefix(project, redis_server):
     dry = celery_redbeat(project, "--prefix", "newprefix:", "import", str(export), "--prune",
                          "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert "would write 1, unchanged 0, would prune 0" in dry.stdout, dry.stdout
+    assert "would create 1, would update 0, unchanged 0, would prune 0" in dry.stdout, dry.stdout
     assert "live-a" not in dry.stdout
     done = celery_redbeat(project, "--prefix", "newprefix:", "import", str(export), "--prune")
     assert done.returncode == 0 and "pruned 0" in done.stdout
@@ -255,7 +260,7 @@ def test_celery_form_honours_url_and_timezone(project, redis_server):
     RedBeatSchedulerEntry("elsewhere", "tasks.e", 60.0, app=make_app(other)).save()
     listing = celery_redbeat(project, "--url", other, "list", "--json")
     assert listing.returncode == 0, listing.stderr
-    assert [record["name"] for record in json.loads(listing.stdout)] == ["elsewhere"]
+    assert [record["name"] for record in json_lines(listing.stdout)] == ["elsewhere"]
     client = redis_server.client()
     client.zadd("redbeat::schedule", {"redbeat:live-a": 1_900_000_000})  # 2030-03-17T17:46:40Z
     shown = {zone: celery_redbeat(project, *args, "list").stdout for zone, args in (
@@ -374,6 +379,41 @@ def test_docs_cli_lists_every_command_and_option():
             if isinstance(param, click.Option):
                 for opt in param.opts:
                     assert opt in rows[0], f"{name} {opt} missing from docs/cli.md"
+
+
+GENERATED_START = "<!-- generated from the CLI's own --help: do not edit by hand -->"
+GENERATED_END = "<!-- end of generated reference -->"
+
+
+def cli_reference() -> str:
+    """Every command's ``--help``, as `redbeat` prints it at 88 columns."""
+    runner = CliRunner()
+    parts = ["## Reference: every command's --help", ""]
+    for args in [[], *([name] for name in sorted(main.commands))]:
+        result = runner.invoke(main, [*args, "--help"], terminal_width=88,
+                               max_content_width=88)
+        assert result.exit_code == 0, result.output
+        parts += [f"### redbeat {' '.join(args)}".rstrip(), "", "```", result.output.rstrip(),
+                  "```", ""]
+    return "\n".join(parts)
+
+
+def test_docs_cli_reference_is_the_clis_own_help():
+    """docs/cli.md ends with the CLI's --help output, checked here so it cannot drift.
+    Regenerate it with: REDBEAT_WRITE_DOCS=1 pytest tests/test_cli.py -k reference"""
+    path = Path(__file__).parent.parent / "docs" / "cli.md"
+    doc = path.read_text()
+    head, start, rest = doc.partition(GENERATED_START)
+    _, end, tail = rest.partition(GENERATED_END)
+    expected = f"{head}{GENERATED_START}\n{cli_reference()}{GENERATED_END}{tail}"
+    if os.environ.get("REDBEAT_WRITE_DOCS") == "1":
+        path.write_text(expected if start else
+                        f"{doc.rstrip()}\n\n{GENERATED_START}\n{cli_reference()}"
+                        f"{GENERATED_END}\n")
+        return
+    assert start and end, "docs/cli.md has no generated reference"
+    assert doc == expected, ("docs/cli.md differs from the CLI's --help: REDBEAT_WRITE_DOCS=1 "
+                             "pytest tests/test_cli.py -k reference")
 
 
 def test_run_now_says_when_no_beat_leads_and_times_carry_their_zone(run, redis_server):

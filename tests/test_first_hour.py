@@ -253,7 +253,8 @@ def test_a_refused_dispatch_is_recorded_and_shown_as_failing(tmp_path, redis_ser
         while log.read_text().count("cannot be published") < 3 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert log.read_text().count("cannot be published") >= 3, log.read_text()
-        listing = json.loads(redbeat("--url", url, "list", "--json").stdout)
+        listing = [json.loads(line) for line in
+                   redbeat("--url", url, "list", "--json").stdout.splitlines()]
         by_name = {record["name"]: record for record in listing}
         assert by_name["bad"]["state"] == "failing" and by_name["bad"]["failed"] >= 3
         assert "TypeError" in by_name["bad"]["last_failure"]["reason"]
@@ -262,7 +263,7 @@ def test_a_refused_dispatch_is_recorded_and_shown_as_failing(tmp_path, redis_ser
         assert re.search(r"^bad .* \d+ \(\d+ failed\)\s+failing$", table, re.M), table
         assert redbeat("--url", url, "list", "--state", "failing").stdout.count("\n") == 2
         shown = redbeat("--url", url, "show", "bad").stdout
-        assert "(redbeat:bad, failing)" in shown and "FAILED: TypeError" in shown
+        assert "(redbeat:bad, failing;" in shown and "FAILED: TypeError" in shown
         assert re.search(r"failed dispatches: \d+ \(refused", shown), shown
         status = redbeat("--url", url, "status").stdout
         assert re.search(r"failing:     1 \(last dispatch refused .*; \d+ failed", status)

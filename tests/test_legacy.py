@@ -344,7 +344,7 @@ def test_show_prints_the_real_definition(app, redis_server):
 
     RedBeatSchedulerEntry("nightly", "t.report", zoned_crontab(
         minute=0, hour=3, timezone="Europe/London"), app=app).save()
-    shown = CliRunner().invoke(main, ["--url", redis_server.url, "show", "nightly"],
+    shown = CliRunner().invoke(main, ["--url", redis_server.url, "show", "nightly", "--raw"],
                                catch_exceptions=False).output
     assert "disabled stub" in shown and '"timezone": "Europe/London"' in shown
     assert legacy.MARKER not in shown

@@ -7,7 +7,7 @@ Two ways in, one set of commands:
 
 Exit codes scripts can rely on: 0 done (or healthy), 1 unhealthy or failed,
 2 bad usage, 3 no such entry, 4 Redis unreachable, 5 invalid input, 6 Redis refused
-the credentials (authentication or ACL).
+the credentials (authentication or ACL), 7 refused without --force (a static entry).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import re
+import shlex
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone, tzinfo
@@ -25,9 +25,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import click
 import redis.exceptions
 from celery import Celery
-from celery.schedules import crontab, schedule, solar
 
-from . import __version__, health, legacy, manage
+from . import __version__, guards, health, legacy, manage
 from .connection import CLIENT_ATTRIBUTE, OWN_OPTIONS, redact
 from .entry import (
     CACHE_ATTRIBUTE,
@@ -37,22 +36,25 @@ from .entry import (
     store_for,
 )
 from .failures import failing_summary, read_failures
-from .keys import KeyLayout
+from .keys import CHANGED, MISFIRES, KeyLayout
 from .lock import Holder
 from .nexttime import next_after
 from .policy import EntryPolicy
 from .retry import AUTH_ERRORS
-from .schedules import clocked, rrule
+from .schedule_text import (
+    as_options,
+    describe,
+    parse_cron,
+    parse_every,
+    parse_rrule,
+    parse_time,
+    parse_zone,
+)
+from .schedules import clocked
 from .settings import ensure_conf
 
 EXIT_FAILED, EXIT_NOT_FOUND, EXIT_UNREACHABLE, EXIT_INVALID, EXIT_AUTH = 1, 3, 4, 5, 6
-UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-#: One part of a duration: a number and its unit ("1m30s" has two).
-DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhdw]?)")
-#: The crontab shorthands of cron(8), as five fields.
-CRON_SHORTHANDS = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
-                   "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
-                   "@hourly": "0 * * * *"}
+EXIT_REFUSED = 7
 DEFAULT_TIMEOUT = 5.0
 SESSION = "redbeat.session"
 
@@ -85,6 +87,17 @@ class Session:
         if self.prefix:
             app.conf.redbeat_key_prefix = self.prefix
         return app
+
+    def registered_tasks(self) -> set[str] | None:
+        """The task names the app registers once its task modules are imported (as a
+        worker imports them); None for the standalone command, which knows no app."""
+        if self.celery_app is None:
+            return None
+        try:
+            self.celery_app.loader.import_default_modules()
+        except ImportError as exc:
+            raise ValueError(f"the app's task modules cannot be imported: {exc}") from exc
+        return set(self.celery_app.tasks)
 
     @property
     def shown_zone(self) -> tzinfo:
@@ -162,6 +175,8 @@ def command(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except NotFound as exc:
             fail(f"no entry named {exc.args[0]!r}", EXIT_NOT_FOUND)
+        except Refused as exc:
+            fail(str(exc), EXIT_REFUSED)
         except ZoneInfoNotFoundError as exc:  # a KeyError, but bad input, not a lookup
             fail(f"unknown time zone: {exc}", EXIT_INVALID)
         except KeyError as exc:
@@ -197,40 +212,6 @@ def fail(message: str, code: int) -> NoReturn:
 
 
 # -- formatting ------------------------------------------------------------------------
-
-
-def describe(value: Any) -> str:
-    """A schedule in words, for tables."""
-    if isinstance(value, schedule):
-        return f"every {_seconds_in_words(value.run_every.total_seconds())}"
-    if isinstance(value, crontab):
-        fields = [value._orig_minute, value._orig_hour, value._orig_day_of_month,
-                  value._orig_month_of_year, value._orig_day_of_week]
-        zone = getattr(value, "timezone", None)
-        return "cron " + " ".join(str(f) for f in fields) + (f" ({zone})" if zone else "")
-    if isinstance(value, rrule):
-        from .schedules import FREQUENCY_NAMES
-
-        parts = [f"FREQ={FREQUENCY_NAMES[value.freq]}"]
-        if value.interval != 1:
-            parts.append(f"INTERVAL={value.interval}")
-        for name, rule in value.rules.items():
-            if rule is not None:
-                items = rule if isinstance(rule, (list, tuple)) else [rule]
-                parts.append(f"{name.upper()}={','.join(str(item) for item in items)}")
-        return "rrule " + ";".join(parts)
-    if isinstance(value, clocked):
-        return f"once at {value.run_at.isoformat()}"
-    if isinstance(value, solar):
-        return f"solar {value.event} at {value.lat},{value.lon}"
-    return repr(value)
-
-
-def _seconds_in_words(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
 
 
 def _when(moment: datetime | None, zone: tzinfo) -> str:
@@ -288,136 +269,6 @@ def _info_json(info: manage.EntryInfo) -> dict[str, Any]:
 # -- parsing ---------------------------------------------------------------------------
 
 
-def parse_every(text: str) -> float:
-    """A duration: ``30`` (seconds), ``30s``, ``5m``, ``1h``, ``1d``, ``1w`` or parts of
-    them together (``1m30s``, ``1h 30m``)."""
-    text = text.strip().lower().replace(" ", "")
-    parts = list(DURATION_PART.finditer(text))
-    if not parts or "".join(part.group(0) for part in parts) != text or len(parts) > 1 and any(
-            not part.group(2) for part in parts):  # a bare number only on its own
-        wanted = "a duration such as 30s, 5m, 1h30m, 1d or 1w"
-        raise ValueError(f"--every wants {wanted}, not {text!r}")
-    seconds = sum(float(part.group(1)) * UNITS[part.group(2) or "s"] for part in parts)
-    if seconds <= 0:
-        raise ValueError("--every must be positive")
-    return seconds
-
-
-def parse_zone(text: str | None, option: str = "--tz") -> str | None:
-    """An IANA zone name, checked here: ZoneInfo's "not found" is a KeyError, which
-    must reach the user as invalid input naming the option, not as a missing entry."""
-    if text is None:
-        return None
-    try:
-        ZoneInfo(text)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise ValueError(f"{option}: unknown time zone {text!r} (an IANA name such as "
-                         "Europe/Paris or UTC)") from None
-    return text
-
-
-def parse_time(text: str, zone: str | None, option: str = "--at") -> datetime:
-    """An ISO 8601 time; without an offset it is read in ``zone`` (default UTC)."""
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"{option} wants an ISO 8601 time such as 2030-01-02T09:00:00, "
-                         f"not {text!r}") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=ZoneInfo(zone) if zone else timezone.utc)
-    return moment
-
-
-def _sunday_as_zero(field: str) -> str:
-    """cron(8) also writes Sunday as 7; Celery's crontab knows only 0."""
-    items = []
-    for item in field.split(","):
-        if item == "7":
-            item = "0"
-        elif re.fullmatch(r"\d-7", item):
-            item = f"{item[0]}-6,0"
-        items.append(item)
-    return ",".join(items)
-
-
-def parse_cron(text: str, zone: str | None) -> crontab:
-    """Five cron fields, or a shorthand (``@daily``, ``@hourly``...)."""
-    text = CRON_SHORTHANDS.get(text.strip().lower(), text)
-    fields = text.split()
-    if len(fields) != 5:
-        raise ValueError(f"--cron wants 5 fields (minute hour day month weekday), not {text!r}")
-    minute, hour, day_of_month, month_of_year, day_of_week = fields
-    day_of_week = _sunday_as_zero(day_of_week)
-    from .schedules import crontab as zoned_crontab
-
-    return zoned_crontab(minute=minute, hour=hour, day_of_month=day_of_month,
-                         month_of_year=month_of_year, day_of_week=day_of_week, timezone=zone)
-
-
-WEEKDAYS = {"MO": 0, "TU": 1, "WE": 2, "TH": 3, "FR": 4, "SA": 5, "SU": 6}
-RRULE_KEYS = {"BYMONTH": "bymonth", "BYMONTHDAY": "bymonthday", "BYYEARDAY": "byyearday",
-              "BYWEEKNO": "byweekno", "BYHOUR": "byhour", "BYMINUTE": "byminute",
-              "BYSECOND": "bysecond", "BYSETPOS": "bysetpos", "COUNT": "count"}
-
-
-def parse_rrule(text: str, zone: str | None) -> rrule:
-    """RFC 5545 ``FREQ=...;BYHOUR=...`` (DTSTART as YYYYMMDDTHHMMSS in ``zone``).
-
-    Every part is checked here, so a mistake is reported naming the part: the
-    schedule's own lookups fail with bare KeyErrors ('FORTNIGHTLY')."""
-    from .schedules import FREQUENCIES
-
-    fields: dict[str, Any] = {}
-    freq = None
-    for part in filter(None, text.split(";")):
-        name, _, value = part.partition("=")
-        name = name.strip().upper()
-        if name == "FREQ":
-            freq = value.strip().upper()
-            if freq not in FREQUENCIES:
-                raise ValueError(f"--rrule: FREQ={value.strip()!r} is not one of "
-                                 f"{', '.join(FREQUENCIES)}")
-        elif name == "INTERVAL":
-            fields["interval"] = _rrule_numbers(name, value)[0]
-        elif name == "BYDAY":
-            fields["byweekday"] = [_rrule_day(day) for day in value.split(",")]
-        elif name in ("DTSTART", "UNTIL"):
-            try:
-                fields[name.lower()] = datetime.strptime(value.strip().rstrip("Z"),
-                                                         "%Y%m%dT%H%M%S")
-            except ValueError:
-                raise ValueError(f"--rrule: {name} wants YYYYMMDDTHHMMSS, not "
-                                 f"{value!r}") from None
-        elif name in RRULE_KEYS:
-            numbers = _rrule_numbers(name, value)
-            fields[RRULE_KEYS[name]] = numbers[0] if name == "COUNT" else numbers
-        else:
-            raise ValueError(f"--rrule: unsupported part {name!r}")
-    if freq is None:
-        raise ValueError("--rrule needs FREQ=...")
-    return rrule(freq, timezone=zone, **fields)
-
-
-def _rrule_numbers(name: str, value: str) -> list[int]:
-    try:
-        return [int(v) for v in value.split(",")]
-    except ValueError:
-        raise ValueError(f"--rrule: {name} wants whole numbers, not {value!r}") from None
-
-
-def _rrule_day(text: str) -> Any:
-    """``MO`` or ``+1MO``/``-1FR`` (the first Monday, the last Friday of the period)."""
-    from dateutil.rrule import weekday
-
-    day = text.strip().upper()
-    try:
-        n = int(day[:-2]) if day[:-2] else None
-        return weekday(WEEKDAYS[day[-2:]], n)
-    except (KeyError, ValueError):
-        raise ValueError(f"--rrule: BYDAY wants days such as MO,WE or +1MO, not "
-                         f"{text.strip()!r}") from None
-
-
 def _json_option(text: str | None, what: str, kind: type) -> Any:
     if text is None:
         return None
@@ -466,66 +317,160 @@ def main(ctx: click.Context, url: str | None, prefix: str | None, zone: str | No
 
 
 @main.command("list")
-@click.option("--json", "as_json", is_flag=True, help="A JSON array: one object per entry.")
+@click.option("--json", "as_json", is_flag=True,
+              help="JSON lines: one object per entry, one entry per line.")
 @click.option("--pattern", default=None, help="Only names matching this glob.")
+@click.option("--task", "task_pattern", default=None,
+              help="Only entries whose task name matches this glob.")
 @click.option("--state", type=click.Choice(["enabled", "failing", "disabled", "quarantined",
                                             "finished", "unscheduled"]), default=None,
               help="Only entries in this state.")
+@click.option("--sort", type=click.Choice(manage.SORTS), default="next", show_default=True,
+              help="By next run (parked entries last), name, or last run (newest first).")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="At most this many entries (default: all).")
+@click.option("--offset", type=click.IntRange(min=0), default=0,
+              help="Skip this many matching entries first (the next page: --offset + --limit).")
 @click.pass_context
 @command
 def list_command(ctx: click.Context, as_json: bool, pattern: str | None,
-                 state: str | None) -> None:
-    """All entries: name, task, schedule, next and last run, runs (and failed ones),
-    state (failing: the last dispatch was refused)."""
+                 task_pattern: str | None, state: str | None, sort: str, limit: int | None,
+                 offset: int) -> None:
+    """Entries: name, task, schedule, next and last run, runs (and failed ones), state
+    (failing: the last dispatch was refused). By next run without filters, a page reads
+    only its own entries."""
     from fnmatch import fnmatchcase
 
-    app = _app(ctx)
+    def keep(info: manage.EntryInfo) -> bool:
+        task = info.entry.task if info.entry is not None else None
+        return ((state is None or _state(info) == state)
+                and (task_pattern is None or (task is not None
+                                              and fnmatchcase(task, task_pattern))))
+
+    selection = manage.select_entries(
+        _app(ctx), sort=sort, offset=offset, limit=limit,
+        name_matches=(lambda name: fnmatchcase(name, pattern)) if pattern else None,
+        keep=keep if state or task_pattern else None)
     zone = _session(ctx).shown_zone
-    rows, records = [], []
-    for info in manage.iter_entries(app):
-        if pattern and not fnmatchcase(info.name, pattern):
-            continue
-        record = _info_json(info)
-        if state and record["state"] != state:
-            continue
-        records.append(record)
-        entry = info.entry
-        runs = str(record["runs"] if record["runs"] is not None else "-")
-        rows.append([
-            info.name, record["task"] or "?", record["schedule"] or "?",
-            _when(info.next_run, zone),
-            _when(_last_run(entry), zone),
-            runs + (f" ({record['failed']} failed)" if record["failed"] else ""),
-            record["state"] + (" (static)" if info.static else ""),
-        ])
     if as_json:
-        click.echo(json.dumps(records, indent=2))
-    elif rows:
-        click.echo(_table(rows, ["NAME", "TASK", "SCHEDULE", "NEXT RUN", "LAST RUN", "RUNS",
-                                 "STATE"]))
+        for info in selection.entries:
+            click.echo(json.dumps(_info_json(info)))
+    elif selection.entries:
+        click.echo(_table([_row(info, zone) for info in selection.entries],
+                          ["NAME", "TASK", "SCHEDULE", "NEXT RUN", "LAST RUN", "RUNS", "STATE"]))
     else:
         click.echo("no entries")
+    if selection.more:
+        click.echo(f"more entries match: --offset {offset + (limit or 0)} for the next page",
+                   err=True)
+
+
+def _row(info: manage.EntryInfo, zone: tzinfo) -> list[str]:
+    record = _info_json(info)
+    runs = str(record["runs"] if record["runs"] is not None else "-")
+    return [
+        info.name, record["task"] or "?", record["schedule"] or "?",
+        _when(info.next_run, zone), _when(_last_run(info.entry), zone),
+        runs + (f" ({record['failed']} failed)" if record["failed"] else ""),
+        record["state"] + (" (static)" if info.static else ""),
+    ]
 
 
 @main.command()
 @click.argument("name")
 @click.option("--runs", default=5, show_default=True, help="Upcoming run times to show.")
+@click.option("--raw", is_flag=True, help="Also the stored fields, as JSON.")
 @click.pass_context
 @command
-def show(ctx: click.Context, name: str, runs: int) -> None:
-    """One entry: definition, meta, history, failed dispatches, last change and upcoming
-    runs."""
+def show(ctx: click.Context, name: str, runs: int, raw: bool) -> None:
+    """One entry: task, schedule (also as the `add` options that give it back), args,
+    options, last run, policy, misfires, last change, recent and failed dispatches and
+    upcoming runs, times in the zone the header names."""
     app = _app(ctx)
     zone = _session(ctx).shown_zone
     info = manage.get_entry(app, name)
     click.echo(f"{info.name}  ({info.key}, {_state(info)}"
-               f"{', static' if info.static else ''})")
-    _show_fields(info)
+               f"{', static' if info.static else ''}; times in {zone})")
+    if info.entry is not None:
+        _show_entry(info, ensure_conf(app).misfire_grace_time, zone)
+    if raw or info.entry is None:
+        _show_fields(info)
     if info.quarantine or info.error:
         click.echo(f"quarantined: {info.quarantine or info.error}")
     _show_dispatches(info, zone)
     if info.entry is not None and info.entry.enabled:
         _show_next_runs(info.entry, zone, runs)
+
+
+def _show_entry(info: manage.EntryInfo, default_grace: float | None, zone: tzinfo) -> None:
+    """The definition, meta, policy, misfires and last change, read as words and times."""
+    entry = info.entry
+    assert entry is not None
+    options = as_options(entry.schedule)
+    last_run = _last_run(entry)
+    rows = [
+        ("task", entry.task),
+        ("schedule", describe(entry.schedule)),
+        ("as options", shlex.join(options) if options else "(none: add cannot write it)"),
+        ("args", json.dumps(entry.args, default=repr)),
+        ("kwargs", json.dumps(entry.kwargs, default=repr)),
+        ("options", json.dumps(entry.options, default=repr)),
+        ("last run", f"{_when(last_run, zone)} ({entry.total_run_count} run(s))"
+         if last_run else "never"),
+        ("policy", _policy_words(entry.policy, default_grace, zone)),
+        ("misfires", _misfire_words(info.fields.get(MISFIRES), zone)),
+        ("changed", _change_words(info.fields.get(CHANGED), zone)),
+    ]
+    for label, value in rows:
+        click.echo(f"{label + ':':<12} {value}")
+
+
+def _policy_words(policy: EntryPolicy, default_grace: float | None, zone: tzinfo) -> str:
+    grace = policy.misfire_grace_time
+    if grace is None:
+        grace_text = (f"{default_grace:g}s (redbeat_misfire_grace_time)"
+                      if default_grace is not None else "none")
+    else:
+        grace_text = f"{grace:g}s"
+    return ", ".join([
+        f"start {_when(policy.start_time, zone)}", f"end {_when(policy.end_time, zone)}",
+        f"misfire grace {grace_text}",
+        "coalesce" if policy.coalesce else f"no coalesce (up to {policy.max_catch_up} runs)",
+        f"jitter {policy.jitter:g}s",
+        f"ttl {policy.ttl:g}s" if policy.ttl is not None else "ttl none",
+    ])
+
+
+def _misfire_words(raw: str | None, zone: tzinfo) -> str:
+    """The ``misfires`` record: slots skipped as too late or beyond the catch-up bound."""
+    if not raw:
+        return "none"
+    try:
+        record = json.loads(raw)
+        last = record.get("last_skipped")
+        when = _when(datetime.fromisoformat(last), zone) if last else "-"
+        return f"{int(record.get('skipped', 0))} slot(s) skipped, the last due {when}"
+    except (ValueError, TypeError, AttributeError, RecursionError):
+        return raw
+
+
+def _change_words(raw: str | None, zone: tzinfo) -> str:
+    if not raw:
+        return "-"
+    try:
+        record = json.loads(raw)
+        return (f"{_when(datetime.fromisoformat(record['at']), zone)} by {record.get('by')} "
+                f"on {record.get('node')}")
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return raw
+
+
+def _moment_text(value: Any, zone: tzinfo) -> str:
+    """An ISO time from a record, in the shown zone; anything else as it is."""
+    try:
+        return _when(datetime.fromisoformat(str(value)), zone)
+    except ValueError:
+        return str(value)
 
 
 def _show_fields(info: manage.EntryInfo) -> None:
@@ -551,7 +496,7 @@ def _show_dispatches(info: manage.EntryInfo, zone: tzinfo) -> None:
         click.echo("recent dispatches:")
         for record in info.history:
             failure = failed.get(str(record.get("task_id")))
-            click.echo(f"  {record.get('task_id')}  due {record.get('due')}  "
+            click.echo(f"  {record.get('task_id')}  due {_moment_text(record.get('due'), zone)}  "
                        f"by {record.get('node')}"
                        + (f"  FAILED: {failure.reason}" if failure else ""))
     if failures is not None:
@@ -576,72 +521,200 @@ def _show_next_runs(entry: RedBeatSchedulerEntry, zone: tzinfo, runs: int) -> No
         click.echo(f"  (cannot be computed: {exc})")
 
 
+#: The options ``add`` and ``edit`` share: what an entry is made of. ``edit`` changes
+#: only the ones given; ``add`` requires one schedule.
+ENTRY_OPTIONS = [
+    click.option("--every", default=None, help="Interval: 30s, 5m, 1h30m, 1d, 1w."),
+    click.option("--cron", default=None, help='Crontab: "*/5 * * * *", or @daily, @hourly...'),
+    click.option("--rrule", "rrule_text", default=None,
+                 help='RFC 5545: "FREQ=DAILY;BYHOUR=9" (as `show` prints it).'),
+    click.option("--at", "run_at", default=None, help="One-off: run once at this ISO time."),
+    click.option("--tz", "zone", default=None,
+                 help="IANA zone for --cron/--rrule/--at and naive --start/--end."),
+    click.option("--args", "args_json", default=None, help="Positional arguments, JSON list."),
+    click.option("--kwargs", "kwargs_json", default=None,
+                 help="Keyword arguments, JSON object."),
+    click.option("--options", "options_json", default=None,
+                 help='apply_async options, JSON object: \'{"queue": "q", "priority": 5, '
+                      '"expires": 60}\'.'),
+    click.option("--queue", default=None, help="Queue to send to (one of the options)."),
+    click.option("--start", default=None,
+                 help="Send nothing before this ISO time (none: no start)."),
+    click.option("--end", default=None, help="Send nothing after this ISO time (none: no end)."),
+    click.option("--misfire-grace", type=float, default=None,
+                 help="Skip a slot that would be sent more than this many seconds late."),
+    click.option("--coalesce/--no-coalesce", default=None,
+                 help="One catch-up run for missed slots (default), or each one (bounded)."),
+    click.option("--jitter", type=float, default=None,
+                 help="Spread sends over this many seconds."),
+    click.option("--ttl", type=float, default=None, help="Seconds to keep it once finished."),
+    click.option("--force", is_flag=True,
+                 help="Change a static entry anyway; accept a task the app does not register."),
+]
+SCHEDULE_OPTIONS = ("every", "cron", "rrule_text", "run_at")
+
+
+def entry_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(ENTRY_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def _schedule_from(values: dict[str, Any]) -> Any:
+    """The schedule the options give, or None when they give none."""
+    given = [name for name in SCHEDULE_OPTIONS if values[name]]
+    if len(given) > 1:
+        raise click.UsageError("give only one of --every, --cron, --rrule, --at")
+    zone = parse_zone(values["zone"])
+    if values["every"]:
+        return parse_every(values["every"])
+    if values["cron"]:
+        return parse_cron(values["cron"], zone)
+    if values["run_at"]:
+        return clocked(parse_time(values["run_at"], zone))
+    if values["rrule_text"]:
+        return parse_rrule(values["rrule_text"], zone)
+    return None
+
+
+def _policy_from(values: dict[str, Any], base: EntryPolicy) -> EntryPolicy:
+    """``base`` with the policy options given (validated by EntryPolicy itself)."""
+    zone = values["zone"]
+    changes: dict[str, Any] = {}
+    for option, name in (("start", "start_time"), ("end", "end_time")):
+        text = values[option]
+        if text is not None:
+            changes[name] = (None if text.strip().lower() == "none"
+                             else parse_time(text, zone, f"--{option}"))
+    for option, name in (("misfire_grace", "misfire_grace_time"), ("coalesce", "coalesce"),
+                         ("jitter", "jitter"), ("ttl", "ttl")):
+        if values[option] is not None:
+            changes[name] = values[option]
+    return dataclasses.replace(base, **changes)
+
+
+def _options_from(values: dict[str, Any], base: dict[str, Any] | None) -> dict[str, Any] | None:
+    """apply_async options: ``--options`` replaces them, ``--queue`` sets one."""
+    options = dict(base or {})
+    if values["options_json"] is not None:
+        options = _json_option(values["options_json"], "--options", dict)
+    if values["queue"]:
+        options["queue"] = values["queue"]
+    return options or None
+
+
+class Refused(Exception):
+    """A change the CLI makes only with ``--force`` (exit 7)."""
+
+
+def _guard_statics(ctx: click.Context, names: list[str], force: bool) -> None:
+    """Refuse (or, with ``--force``, warn about) changing static entries: a leader
+    writes them back. The app's ``beat_schedule`` counts only for the app's own
+    schedule, not another ``--url`` or ``--prefix``."""
+    session = _session(ctx)
+    own = session.celery_app is not None and not session.url and not session.prefix
+    configured = session.celery_app.conf.beat_schedule if own and session.celery_app else None
+    statics = guards.statics_among(names, store_for(_app(ctx)).static_names(), configured)
+    if not statics:
+        return
+    if not force:
+        raise Refused(guards.static_message(statics, forced=False))
+    click.echo("warning: " + guards.static_message(statics, forced=True), err=True)
+
+
+def _check_task(ctx: click.Context, task: str, field: str, force: bool) -> None:
+    """An empty task name is always refused; an unknown one when the app is known
+    (``celery -A proj redbeat``) unless ``--force``."""
+    registered = _session(ctx).registered_tasks()
+    problem = guards.task_problem(task, registered if registered is not None else {task},
+                                  field)
+    if problem and (not force or not task.strip()):
+        raise ValueError(problem)
+
+
 @main.command()
 @click.argument("name")
 @click.argument("task")
-@click.option("--every", default=None, help="Interval: 30s, 5m, 1h30m, 1d, 1w.")
-@click.option("--cron", default=None, help='Crontab: "*/5 * * * *", or @daily, @hourly...')
-@click.option("--rrule", "rrule_text", default=None, help='RFC 5545: "FREQ=DAILY;BYHOUR=9".')
-@click.option("--at", "run_at", default=None, help="One-off: run once at this ISO time.")
-@click.option("--tz", "zone", default=None, help="IANA zone for --cron/--rrule.")
-@click.option("--args", "args_json", default=None, help="Positional arguments, JSON list.")
-@click.option("--kwargs", "kwargs_json", default=None, help="Keyword arguments, JSON object.")
-@click.option("--queue", default=None, help="Queue to send to.")
+@entry_options
 @click.option("--disabled", is_flag=True, help="Store it paused.")
-@click.option("--start", default=None, help="Send nothing before this ISO time.")
-@click.option("--end", default=None, help="Send nothing after this ISO time.")
-@click.option("--misfire-grace", type=float, default=None,
-              help="Skip a slot that would be sent more than this many seconds late.")
-@click.option("--no-coalesce", is_flag=True, help="Run each missed slot (bounded).")
-@click.option("--jitter", type=float, default=None, help="Spread sends over this many seconds.")
-@click.option("--ttl", type=float, default=None, help="Seconds to keep it once finished.")
 @click.pass_context
 @command
-def add(ctx: click.Context, name: str, task: str, every: str | None, cron: str | None,
-        rrule_text: str | None, run_at: str | None, zone: str | None, args_json: str | None,
-        kwargs_json: str | None, queue: str | None, disabled: bool, start: str | None,
-        end: str | None, misfire_grace: float | None, no_coalesce: bool,
-        jitter: float | None, ttl: float | None) -> None:
-    """Create or replace an entry (its run history is kept)."""
-    given = [option for option in (every, cron, rrule_text, run_at) if option]
-    if len(given) != 1:
+def add(ctx: click.Context, name: str, task: str, disabled: bool, force: bool,
+        **values: Any) -> None:
+    """Create or replace an entry (its run history is kept). Under `celery -A proj`,
+    TASK must be one the app registers (--force accepts another)."""
+    chosen = _schedule_from(values)
+    if chosen is None:
         raise click.UsageError("give exactly one of --every, --cron, --rrule, --at")
-    zone = parse_zone(zone)
-    if every:
-        chosen: Any = parse_every(every)
-    elif cron:
-        chosen = parse_cron(cron, zone)
-    elif run_at:
-        chosen = clocked(parse_time(run_at, zone))
-    else:
-        chosen = parse_rrule(rrule_text or "", zone)
-    policy = EntryPolicy(
-        start_time=parse_time(start, zone, "--start") if start else None,
-        end_time=parse_time(end, zone, "--end") if end else None,
-        misfire_grace_time=misfire_grace,
-        coalesce=not no_coalesce, jitter=jitter or 0.0, ttl=ttl,
-    )
+    policy = _policy_from(values, EntryPolicy())
+    _check_task(ctx, task, "TASK", force)
     entry = RedBeatSchedulerEntry(
-        name, task, chosen, args=_json_option(args_json, "--args", list),
-        kwargs=_json_option(kwargs_json, "--kwargs", dict),
-        options={"queue": queue} if queue else None, enabled=not disabled, app=_app(ctx),
+        name, task, chosen, args=_json_option(values["args_json"], "--args", list),
+        kwargs=_json_option(values["kwargs_json"], "--kwargs", dict),
+        options=_options_from(values, None), enabled=not disabled, app=_app(ctx),
         policy=policy,
     )
+    if name:
+        _guard_statics(ctx, [name], force)
     entry.save(changed_by="cli")
     upcoming = _when(entry.due_at, _session(ctx).shown_zone) if entry.enabled else "(disabled)"
     click.echo(f"saved {name}: {describe(entry.schedule)}, next run {upcoming}")
 
 
-def _simple(verb: str, action: Callable[[Celery, str], Any], done: str, help: str) -> None:
+@main.command()
+@click.argument("name")
+@click.option("--task", default=None, help="Task name to send.")
+@entry_options
+@click.pass_context
+@command
+def edit(ctx: click.Context, name: str, task: str | None, force: bool, **values: Any) -> None:
+    """Change some fields of an entry in place (validated as `add` validates them); the
+    others, its run history and its state stay as they are."""
+    if task is None and all(value is None for option, value in values.items()
+                            if option != "zone"):
+        raise click.UsageError("nothing to change: give the fields to change, e.g. --every 5m")
+    app = _app(ctx)
+    info = manage.get_entry(app, name)
+    if info.entry is None:
+        raise InvalidEntry(info.key, f"{info.error or 'unreadable'}; replace it with `add`")
+    old = info.entry
+    if task is not None:
+        _check_task(ctx, task, "--task", force)
+    entry = RedBeatSchedulerEntry(
+        name, task if task is not None else old.task, _schedule_from(values) or old.schedule,
+        args=_json_option(values["args_json"], "--args", list) if values["args_json"]
+        is not None else old.args,
+        kwargs=_json_option(values["kwargs_json"], "--kwargs", dict) if values["kwargs_json"]
+        is not None else old.kwargs,
+        options=_options_from(values, old.options), enabled=old.enabled,
+        last_run_at=old.last_run_at, total_run_count=old.total_run_count, app=app,
+        policy=_policy_from(values, old.policy),
+    )
+    _guard_statics(ctx, [name], force)
+    entry.save(changed_by="cli")
+    upcoming = _when(entry.due_at, _session(ctx).shown_zone) if entry.enabled else "(disabled)"
+    click.echo(f"edited {name}: {describe(entry.schedule)}, next run {upcoming}")
+
+
+def _simple(verb: str, action: Callable[[Celery, str], Any], done: str, help: str,
+            guarded: bool = True) -> None:
     """A command taking one entry name. The help is given to click here: a docstring
-    assigned after the decorators ran never reaches ``--help``."""
+    assigned after the decorators ran never reaches ``--help``. A guarded command
+    changes the entry, so refuses a static one without ``--force``."""
     @main.command(verb, help=help, short_help=help.split(". ")[0].rstrip("."))
     @click.argument("name")
     @click.pass_context
     @command
-    def run(ctx: click.Context, name: str) -> None:
+    def run(ctx: click.Context, name: str, force: bool = False) -> None:
+        if guarded:
+            manage.get_entry(_app(ctx), name)  # exit 3 for a missing entry, first
+            _guard_statics(ctx, [name], force)
         result = action(_app(ctx), name)
         click.echo(done.format(name=name, result=result))
+    if guarded:
+        click.option("--force", is_flag=True,
+                     help="Change a static entry anyway (until a beat next takes the lead "
+                          "or restarts).")(run)
 
 
 _simple("enable", lambda app, name: manage.set_enabled(app, name, True, "cli"), "enabled {name}",
@@ -652,7 +725,7 @@ _simple("disable", lambda app, name: manage.set_enabled(app, name, False, "cli")
         "nothing per tick until enabled again.")
 _simple("delete", manage.delete_entry, "deleted {name}",
         "Delete an entry and its history. A static entry (from beat_schedule) is written "
-        "again when a leader next syncs the statics: remove it from beat_schedule too.")
+        "again when a beat next takes the lead or restarts: remove it from beat_schedule.")
 def _queue_run(app: Celery, name: str) -> str:
     """Queue a run, and say who will send it: a run queued with no beat leading waits."""
     task_id = manage.run_now(app, name)
@@ -664,32 +737,43 @@ def _queue_run(app: Celery, name: str) -> str:
 
 _simple("run-now", _queue_run, "queued {name} as {result}",
         "Send an entry once now. The leader sends it at its next tick with the task id "
-        "<name>:run-now:<ms>; its schedule and run count are untouched.")
+        "<name>:run-now:<ms>; its schedule and run count are untouched.", guarded=False)
 
 
 @main.command("export")
 @click.option("--format", "fmt", type=click.Choice(["json", "yaml"]), default="json",
               show_default=True, help="Output format (yaml needs PyYAML).")
+@click.option("--quiet", "-q", is_flag=True, help="No summary on standard error.")
 @click.pass_context
 @command
-def export_command(ctx: click.Context, fmt: str) -> None:
-    """Every entry (definition, meta, score) to standard output."""
+def export_command(ctx: click.Context, fmt: str, quiet: bool) -> None:
+    """Every entry (definition, meta, score) to standard output; how many, on standard
+    error."""
     document = manage.export_entries(_app(ctx))
     if fmt == "yaml":
         click.echo(_yaml().safe_dump(document, sort_keys=False, allow_unicode=True), nl=False)
     else:
         click.echo(json.dumps(document, indent=2))
+    if not quiet:
+        entries = document["entries"]
+        statics = sum(1 for record in entries if record.get("static"))
+        click.echo(f"exported {len(entries)} entries ({statics} static) from prefix "
+                   f"{document['prefix']!r}", err=True)
 
 
 @main.command("import")
 @click.argument("source", type=click.File("r"))
 @click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
 @click.option("--prune", is_flag=True, help="Delete entries the file does not have.")
+@click.option("--quiet", "-q", is_flag=True, help="Only the summary, not a line per entry.")
+@click.option("--force", is_flag=True, help="Write over or prune static entries anyway.")
 @click.pass_context
 @command
-def import_command(ctx: click.Context, source: Any, dry_run: bool, prune: bool) -> None:
+def import_command(ctx: click.Context, source: Any, dry_run: bool, prune: bool, quiet: bool,
+                   force: bool) -> None:
     """Write the entries of an export (JSON or YAML) from SOURCE, a file or - for
-    standard input; entries already equal are kept."""
+    standard input; entries already equal are kept. Prints how many entries were
+    created, updated, unchanged and pruned, then (unless --quiet) one line per change."""
     text = source.read()
     try:
         document = json.loads(text)
@@ -700,14 +784,20 @@ def import_command(ctx: click.Context, source: Any, dry_run: bool, prune: bool) 
             raise ValueError(f"{source.name} is neither JSON nor YAML: {exc}") from exc
     if not isinstance(document, dict):
         raise ValueError(f"{source.name} is not a redbeat export")
-    plan = manage.import_entries(_app(ctx), document, dry_run=dry_run, prune=prune)
-    prefix = "would write" if dry_run else "wrote"
-    click.echo(f"{prefix} {len(plan.written)}, unchanged {len(plan.unchanged)}, "
-               f"{'would prune' if dry_run else 'pruned'} {len(plan.pruned)}")
-    for name in plan.written:
-        click.echo(f"  + {name}")
-    for name in plan.pruned:
-        click.echo(f"  - {name}")
+    plan = manage.import_entries(
+        _app(ctx), document, dry_run=dry_run, prune=prune,
+        before_write=None if dry_run else lambda plan: _guard_statics(ctx, plan.changed, force))
+    would = "would " if dry_run else ""
+    click.echo(f"{would}create {len(plan.created)}, {would}update {len(plan.updated)}, "
+               f"unchanged {len(plan.unchanged)}, {would}prune {len(plan.pruned)}"
+               if dry_run else
+               f"created {len(plan.created)}, updated {len(plan.updated)}, "
+               f"unchanged {len(plan.unchanged)}, pruned {len(plan.pruned)}")
+    if quiet:
+        return
+    for mark, names in (("+", plan.created), ("~", plan.updated), ("-", plan.pruned)):
+        for name in names:
+            click.echo(f"  {mark} {name}")
 
 
 def _yaml() -> Any:

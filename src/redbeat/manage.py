@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -30,7 +30,7 @@ from .keys import (
 )
 from .planning import Claim, pending_message
 from .settings import ensure_conf
-from .store import Row
+from .store import Row, ScheduleStore
 
 PAGE = 500
 
@@ -129,6 +129,96 @@ def list_entries(app: Celery) -> list[EntryInfo]:
     return list(iter_entries(app))
 
 
+SORTS = ("next", "name", "last")
+
+
+@dataclass
+class Selection:
+    """One page of a listing, and whether more entries match after it."""
+
+    entries: list[EntryInfo]
+    more: bool
+
+
+def select_entries(app: Celery, sort: str = "next", offset: int = 0, limit: int | None = None,
+                   name_matches: Callable[[str], bool] | None = None,
+                   keep: Callable[[EntryInfo], bool] | None = None) -> Selection:
+    """A page of the entries ``name_matches`` (on the name alone, before any hash is
+    read) and ``keep`` (on the whole entry) accept, sorted by next run (scheduled
+    entries first, then the parked ones), name, or last run (newest first).
+
+    Reads are bounded by the page wherever the order allows: by next run without
+    ``keep``, only the page's hashes are read (the offset is a position in the sorted
+    set); with ``keep``, hashes are read in pages until the page is full. By name,
+    every member is read (names only), then hashes in pages. By last run, every entry
+    has to be read: the last run lives in each entry's hash."""
+    store = store_for(app)
+    statics = store.static_names()
+    # without filters, by next run, the offset is a position in the sorted set: skipped
+    # in Redis, not read
+    positional = keep is None and name_matches is None and sort == "next"
+    skip = offset if positional else 0
+    wanted = None if limit is None else offset - skip + limit + 1  # one more: a next page?
+    if sort == "last":
+        matched = [info for info in iter_entries(app)
+                   if (name_matches is None or name_matches(info.name))
+                   and (keep is None or keep(info))]
+        matched.sort(key=_last_run_order)
+    else:
+        keys = ensure_conf(app).keys
+        size = min(PAGE, wanted) if positional and wanted is not None else PAGE
+        members = (_due_order(store, skip, size) if sort == "next"
+                   else iter(sorted(store.all_members(),
+                                    key=lambda member: keys.name_of(member[0]))))
+        matched = []
+        for chunk in _chunks(members, size):
+            if name_matches is not None:
+                chunk = [m for m in chunk if name_matches(keys.name_of(m[0]))]
+            for key, score, fields in store.with_hashes(chunk):
+                if not fields and score == PARKED_SCORE:
+                    continue  # a finished entry whose ttl ran out
+                info = _info(app, key, score, fields, statics)
+                if keep is None or keep(info):
+                    matched.append(info)
+            if wanted is not None and len(matched) >= wanted:
+                break
+    first = offset - skip
+    end = None if limit is None else first + limit
+    return Selection(matched[first:end], wanted is not None and len(matched) >= wanted)
+
+
+def _last_run_order(info: EntryInfo) -> tuple[int, float]:
+    entry = info.entry
+    if entry is None or not entry.total_run_count or entry.last_run_at is None:
+        return (1, 0.0)  # never ran: after every entry that did
+    return (0, -entry.last_run_at.timestamp())
+
+
+def _due_order(store: ScheduleStore, skip: int, size: int) -> Iterator[tuple[str, float]]:
+    """Members from position ``skip`` of: the scheduled ones by score, then the parked."""
+    scheduled = store.count_scheduled()
+    for parked, start in ((False, skip), (True, max(0, skip - scheduled))):
+        if not parked and skip >= scheduled:
+            continue
+        while True:
+            members = store.members(start, size, parked)
+            yield from members
+            if len(members) < size:
+                break
+            start += size
+
+
+def _chunks(items: Iterator[tuple[str, float]], size: int) -> Iterator[list[tuple[str, float]]]:
+    chunk: list[tuple[str, float]] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
 def get_entry(app: Celery, name: str) -> EntryInfo:
     """One entry by name; KeyError when there is no such entry."""
     key = ensure_conf(app).keys.entry(name)
@@ -204,9 +294,21 @@ def export_entries(app: Celery) -> dict[str, Any]:
 
 @dataclass
 class ImportPlan:
-    written: list[str] = field(default_factory=list)
+    """What an import changes, by name: the summary ``redbeat import`` prints."""
+
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
+
+    @property
+    def written(self) -> list[str]:
+        return self.created + self.updated
+
+    @property
+    def changed(self) -> list[str]:
+        """Every name the import writes or deletes."""
+        return self.written + self.pruned
 
 
 def _field_text(value: Any) -> str | None:
@@ -218,11 +320,14 @@ def _field_text(value: Any) -> str | None:
 
 
 def import_entries(app: Celery, document: dict[str, Any], dry_run: bool = False,
-                   prune: bool = False) -> ImportPlan:
+                   prune: bool = False,
+                   before_write: Callable[[ImportPlan], None] | None = None) -> ImportPlan:
     """Write the entries of an export; idempotent (an identical entry is left alone).
 
     The prefix is this app's, so an export can move a schedule to another prefix.
-    ``prune`` deletes the entries the document does not have."""
+    ``prune`` deletes the entries the document does not have. ``before_write`` sees the
+    plan before anything is written and may refuse it by raising (the CLI refuses to
+    change static entries without ``--force``)."""
     if document.get("format") != "redbeat-export/1" or not isinstance(
             document.get("entries"), list):
         raise ValueError("not a redbeat export (expected format redbeat-export/1)")
@@ -252,7 +357,7 @@ def import_entries(app: Celery, document: dict[str, Any], dry_run: bool = False,
                 current.fields.get(POLICY) == policy:
             plan.unchanged.append(name)
             continue
-        plan.written.append(name)
+        (plan.updated if current else plan.created).append(name)
         changed = json.dumps({"at": datetime.now(timezone.utc).isoformat(),
                               "by": "import", "node": node_name()})
         writes += [("hset", (key, DEFINITION, definition)), ("hset", (key, CHANGED, changed))]
@@ -270,6 +375,8 @@ def import_entries(app: Celery, document: dict[str, Any], dry_run: bool = False,
             writes += [("zrem", (config.keys.schedule, config.keys.entry(name))),
                        ("delete", (config.keys.entry(name),)),
                        ("srem", (config.keys.statics, name))]
+    if before_write is not None:
+        before_write(plan)
     if writes and not dry_run:
         store.write_batch(lambda pipe: [getattr(pipe, method)(*args) for method, args in writes])
     return plan

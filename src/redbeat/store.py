@@ -394,11 +394,31 @@ class ScheduleStore:
         """Members ``start`` .. ``start + count - 1`` in due order, each with its hash."""
         members = self.policy.call(lambda: self.client.zrange(
             self.keys.schedule, start, start + count - 1, withscores=True))
+        return self.with_hashes(members)
+
+    def with_hashes(self, members: Sequence[tuple[str, float]]
+                    ) -> list[tuple[str, float, dict[str, str]]]:
+        """Each member with its hash, in one round trip."""
         if not members:
             return []
         hashes = self._pipelined(lambda pipe: [pipe.hgetall(key) for key, _ in members])
         return [(key, score, fields)
                 for (key, score), fields in zip(members, hashes, strict=True)]
+
+    def members(self, start: int, count: int, parked: bool) -> list[tuple[str, float]]:
+        """Members in due order without their hashes: the scheduled ones (score 0 and
+        up), or the parked ones (disabled, finished, quarantined: score below 0)."""
+        low, high = ("-inf", "(0") if parked else (0, "+inf")
+        return self.policy.call(lambda: self.client.zrangebyscore(
+            self.keys.schedule, low, high, start=start, num=count, withscores=True))
+
+    def count_scheduled(self) -> int:
+        return int(self.policy.call(lambda: self.client.zcount(self.keys.schedule, 0, "+inf")))
+
+    def all_members(self) -> list[tuple[str, float]]:
+        """Every member and score, no hash: what sorting by name needs."""
+        return self.policy.call(lambda: self.client.zrange(self.keys.schedule, 0, -1,
+                                                           withscores=True))
 
     def entry_record(self, key: str, name: str) -> tuple[dict[str, str], float | None, bool]:
         """An entry's hash, its score and whether it is a static, in one round trip."""
