@@ -279,8 +279,8 @@ def test_a_refused_dispatch_is_recorded_and_shown_as_failing(tmp_path, redis_ser
         while log.read_text().count("Sending due task bad") < sent + 5 and \
                 time.monotonic() < deadline:
             time.sleep(0.2)
-        after = {r["name"]: r for r in json.loads(redbeat("--url", url, "list",
-                                                          "--json").stdout)}
+        after = {r["name"]: r for r in map(json.loads, redbeat(
+            "--url", url, "list", "--json").stdout.splitlines())}
         assert after["bad"]["state"] == "enabled" and after["bad"]["failed"] >= 3
         assert "failing:     0" in redbeat("--url", url, "status").stdout
     finally:
