@@ -14,7 +14,14 @@ from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.cli import main
 from redbeat.entry import store_for
 from redbeat.manage import get_entry
-from support.deployments import ACLServer, ClusterDeployment, SentinelDeployment, TLSServer
+from support.deployments import (
+    ACLServer,
+    ClusterDeployment,
+    SentinelDeployment,
+    TLSServer,
+    plain_server,
+    require_valkey,
+)
 from support.recording import RecordingIds
 from support.redis_server import redis_required, redis_server_binary
 
@@ -37,6 +44,29 @@ def run_until_sent(scheduler, count, ticks=200):
             return
         time.sleep(max(0.0, min(scheduler.tick(), 0.2)))
     raise AssertionError(f"only {len(scheduler.sent)} sends, wanted {count}")
+
+
+def test_valkey_leader_standby_and_cli():
+    """Valkey, which many hosted deployments run instead of Redis: ticks, scripts, the
+    lock and its handover, and the CLI, on a real valkey-server."""
+    from click.testing import CliRunner
+
+    with plain_server(binary=require_valkey()) as server:
+        assert "valkey_version" in server.info("server")
+        url = server.url
+        app = make_app(url, redbeat_lock_timeout=3)
+        RedBeatSchedulerEntry("vk", "tasks.vk", 0.5, app=app).save()
+        leader, standby = RecordingIds(app), RecordingIds(make_app(url, redbeat_lock_timeout=3))
+        run_until_sent(leader, 3)
+        standby.tick()
+        assert standby.sent == []  # the lock holds on Valkey too
+        listing = CliRunner().invoke(main, ["--url", url, "list", "--json"])
+        assert listing.exit_code == 0 and '"name": "vk"' in listing.output
+        leader.close()  # releases the lock: the standby leads
+        run_until_sent(standby, 2)
+        sent = leader.sent + standby.sent
+        assert len(sent) == len(set(sent))  # one id per slot across the handover
+        standby.close()
 
 
 def test_tls_with_ca_and_client_certificate():

