@@ -13,7 +13,6 @@ from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.entry import meta_json
 from redbeat.schedulers import get_redis
 from support.counting import counting_client
-from support.processes import wait_until
 
 T0 = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc).timestamp()
 
@@ -315,32 +314,42 @@ def test_backlog_is_drained_in_bounded_batches(redis_server):
     assert len({task_id for _, task_id in scheduler.sent}) == 250
 
 
-def test_slow_publishing_keeps_the_lock_alive(redis_server):
-    """A broker slower than the lock timeout must not hand leadership away: the ticks
-    do not wait on it (a send they give up on goes on in the background), keep renewing
-    the lock, and every slot still goes out once."""
-    import time as real_time
+class SlowBroker(Recording):
+    """Each send takes ``send_seconds`` of the scheduler's monotonic clock, and as long
+    of the lock's real time to live (so the lock expires in Redis as it would had the
+    time really passed), without sleeping."""
 
+    send_seconds = 1.0
+    on_send = None
+
+    def apply_async(self, entry, producer=None, advance=True, **kwargs):
+        self.monotonic.now += self.send_seconds
+        client = get_redis(self.app)
+        key = self.app.redbeat_conf.lock_key
+        left = client.pttl(key)
+        if left > 0:
+            client.pexpire(key, max(1, left - int(self.send_seconds * 1000)))
+        super().apply_async(entry, producer, advance, **kwargs)
+        if self.on_send is not None:
+            self.on_send(self)
+
+
+def test_slow_publishing_keeps_the_lock_alive(redis_server):
+    """A broker slower than the lock timeout must not hand leadership away: the publish
+    renews the lock every third of its timeout, and every slot still goes out once."""
     app = make_app(redis_server.url, redbeat_lock_timeout=4)
     for i in range(6):
         RedBeatSchedulerEntry(f"slow{i}", "tasks.x", 3600.0, app=app, last_run_at=hour_ago()).save()
-
-    class SlowBroker(Recording):
-        def apply_async(self, entry, producer=None, advance=True, **kwargs):
-            real_time.sleep(1.0)  # 6 sends: 6 s, longer than the 4 s lock
-            super().apply_async(entry, producer, advance, **kwargs)
-
-    scheduler = SlowBroker(app)
-    deadline = real_time.monotonic() + 20
-    while (len(scheduler.sent) < 6 or get_redis(app).hlen(app.redbeat_conf.keys.pending)) \
-            and real_time.monotonic() < deadline:
-        started = real_time.monotonic()
-        interval = scheduler.tick()
-        assert scheduler.leading and real_time.monotonic() - started < 1.0  # at its pace
-        real_time.sleep(interval)
+    scheduler = SlowBroker(app, monotonic=Clock(1000.0))  # 6 sends: 6 s > the 4 s lock
+    for _ in range(3):
+        scheduler.tick()
+        assert scheduler.leading
+    assert scheduler.monotonic.now == 1006.0
     assert sorted(task_id for _, task_id in scheduler.sent) == sorted(
         {task_id for _, task_id in scheduler.sent}) and len(scheduler.sent) == 6
+    assert get_redis(app).hlen(app.redbeat_conf.keys.pending) == 0
     assert get_redis(app).get(app.redbeat_conf.lock_key) == scheduler.lock.token
+    scheduler.close()
 
 
 def test_lock_lost_while_publishing_stops_and_confirms_what_was_sent(redis_server):
@@ -349,23 +358,19 @@ def test_lock_lost_while_publishing_stops_and_confirms_what_was_sent(redis_serve
         RedBeatSchedulerEntry(f"p{i}", "tasks.x", 3600.0, app=app, last_run_at=hour_ago()).save()
     client = get_redis(app)
 
-    class Thief(Recording):
-        def apply_async(self, entry, producer=None, advance=True, **kwargs):
-            super().apply_async(entry, producer, advance, **kwargs)
-            if len(self.sent) == 2:
-                client.set(app.redbeat_conf.lock_key, "other:1:x")  # taken over
-                import time as real_time
-                real_time.sleep(1.4)  # past a third of the lock: the next send checks
+    def take_over(scheduler):
+        if len(scheduler.sent) == 2:
+            client.set(app.redbeat_conf.lock_key, "other:1:x")  # taken over
 
-    scheduler = Thief(app)
-    scheduler.tick()
-    scheduler.tick()  # gives up on the second send, stuck on the broker, after 0.5 s
-    scheduler.tick()  # finds the lock taken
+    scheduler = SlowBroker(app, monotonic=Clock(1000.0))
+    scheduler.send_seconds = 1.4  # past a third of the lock: the next send checks it
+    scheduler.on_send = take_over
+    scheduler.tick()  # takes the lock
+    scheduler.tick()  # sends two, finds the lock taken when it renews before the third
     assert len(scheduler.sent) == 2 and not scheduler.leading
-    scheduler.close()  # the second send ends after its tick gave up on it, and confirms
-    wait_until(lambda: client.hlen(app.redbeat_conf.keys.pending) == 2, 5, "the late confirm")
     pending = client.hkeys(app.redbeat_conf.keys.pending)
     assert len(pending) == 2 and not set(pending) & {tid for _, tid in scheduler.sent}
+    scheduler.close()
 
 
 def test_member_whose_key_is_not_a_hash_is_removed_and_others_run(app):

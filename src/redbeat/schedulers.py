@@ -150,6 +150,7 @@ class RedBeatScheduler(Scheduler):
         lock_key: str | None = None,
         lock_timeout: float | None = None,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         **kwargs: Any,
     ) -> None:
         try:
@@ -157,6 +158,8 @@ class RedBeatScheduler(Scheduler):
         except SettingError as exc:  # one line naming each bad setting, not a traceback
             raise SystemExit(f"beat: {exc}") from None
         self.clock = clock
+        #: Elapsed time for the lease and the broker (both injectable: tests drive them)
+        self.monotonic = monotonic
         self.node_id = node_name()
         self.lock: Lease | None = None
         self._lock_key = self.config.lock_key
@@ -357,7 +360,7 @@ class RedBeatScheduler(Scheduler):
         """One pass; returns the seconds to sleep before the next."""
         # a leader's tick renews the lease first thing: what the publishing thread
         # measures its lease from (close() stops that thread; a tick starts it again)
-        self._renewed_at = time.monotonic()
+        self._renewed_at = self.monotonic()
         self._closed = False
         if self.config.notices:
             self.config.log_notices()  # once, now that Celery's logging is in place
@@ -616,16 +619,16 @@ class RedBeatScheduler(Scheduler):
         """Publish the claimed slots; returns the ids sent and whether the lock was lost
         on the way (the sent ones are still confirmed, so they are not sent twice)."""
         sent: list[str] = []
-        extended_at = time.monotonic()
+        extended_at = self.monotonic()
         if claims:
             self._renewed_at = extended_at  # the commit that claimed them renewed the lease
         for claim in claims:
-            if lease is not None and time.monotonic() - extended_at > lease.timeout / 3:
+            if lease is not None and self.monotonic() - extended_at > lease.timeout / 3:
                 # A slow broker must not let the lock lapse under a healthy leader. If it
                 # lapsed anyway, stop: the new leader re-sends what is still pending.
                 if not lease.renew():
                     return sent, True
-                extended_at = self._renewed_at = time.monotonic()
+                extended_at = self._renewed_at = self.monotonic()
             if self._try_send(claim.entry, claim.task_id) is BROKER_DOWN:
                 break
             sent.append(claim.task_id)
@@ -751,7 +754,7 @@ class RedBeatScheduler(Scheduler):
         ping that writes nothing rather than by a message it would deliver later."""
         if not self._may_send():
             return BROKER_DOWN
-        if time.monotonic() - self._broker_answered_at > PROBE_AFTER:
+        if self.monotonic() - self._broker_answered_at > PROBE_AFTER:
             try:
                 self._ping_broker()
             except Exception as exc:
@@ -771,7 +774,7 @@ class RedBeatScheduler(Scheduler):
         if outcome is BROKER_DOWN:
             self._drop_producer()
         else:
-            self._broker_answered_at = time.monotonic()
+            self._broker_answered_at = self.monotonic()
             if self._broker_down:
                 logger.info("beat: Broker is back")
                 self._broker_down = False
@@ -783,7 +786,7 @@ class RedBeatScheduler(Scheduler):
         if self.lock is None:
             return True
         margin = min(self.publish_timeout, self.lock.timeout / 2)
-        return time.monotonic() - self._renewed_at < self.lock.timeout - margin
+        return self.monotonic() - self._renewed_at < self.lock.timeout - margin
 
     def _ping_broker(self) -> None:
         """PING a Redis broker (through the pool the sends use); other transports have
@@ -795,7 +798,7 @@ class RedBeatScheduler(Scheduler):
         if acquire is not None:
             with acquire() as client:
                 client.ping()
-        self._broker_answered_at = time.monotonic()
+        self._broker_answered_at = self.monotonic()
 
     def _drop_producer(self) -> None:
         """Forget the broker connection after a failure: a failed publish can leave
