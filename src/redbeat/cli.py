@@ -237,14 +237,8 @@ def _last_run(entry: RedBeatSchedulerEntry | None) -> datetime | None:
 
 
 def _state(info: manage.EntryInfo) -> str:
-    """The entry's state, ``failing`` for an enabled entry whose last dispatch Celery
-    or the broker refused (no slot has gone out since): such a run was claimed and
-    counted, and must not pass for a success."""
-    failures = read_failures(info.fields)
-    if (info.state == "enabled" and failures is not None and info.entry is not None
-            and failures.failing_since(info.entry.last_run_at)):
-        return "failing"
-    return info.state
+    """The entry's state as shown (``failing`` included: see EntryInfo.shown_state)."""
+    return info.shown_state
 
 
 def _info_json(info: manage.EntryInfo) -> dict[str, Any]:
@@ -871,6 +865,45 @@ def check_command(ctx: click.Context, host: str | None, pid: int | None,
     click.echo(("healthy: " if result.healthy else "unhealthy: ") + result.reason)
     if not result.healthy:
         sys.exit(EXIT_FAILED)
+
+
+# -- redbeat web: the optional web view (redbeat.web, docs/web.md) ---------------------
+
+
+@main.command("web")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; one other machines can reach needs credentials.")
+@click.option("--port", type=int, default=8080, show_default=True, help="Port to listen on.")
+@click.option("--token", envvar="REDBEAT_WEB_TOKEN", default=None,
+              help="Bearer token (also the password of HTTP basic auth); default: the "
+                   "redbeat_web_token setting.")
+@click.option("--user", envvar="REDBEAT_WEB_USER", default=None,
+              help="HTTP basic user (default: the redbeat_web_user setting).")
+@click.option("--password", envvar="REDBEAT_WEB_PASSWORD", default=None,
+              help="HTTP basic password (default: the redbeat_web_password setting).")
+@click.option("--read-only", is_flag=True, help="Show the schedule; change nothing.")
+@click.pass_context
+@command
+def web_command(ctx: click.Context, host: str, port: int, token: str | None,
+                user: str | None, password: str | None, read_only: bool) -> None:
+    """Serve a web view of the schedule (pip install 'redbeat[web]')."""
+    try:
+        from .web import WebSettings, serve
+        from .web.security import RefusedBind, check_bind
+    except ImportError as exc:
+        fail(f"the web view needs its extra: pip install 'redbeat[web]' ({exc})", EXIT_FAILED)
+    app = _app(ctx)
+    config = ensure_conf(app)
+    settings = WebSettings(host=host, port=port, token=token or config.web_token,
+                           user=user or config.web_user,
+                           password=password or config.web_password, read_only=read_only)
+    try:
+        check_bind(settings)
+    except RefusedBind as exc:
+        fail(str(exc), 2)
+    click.echo(f"redbeat web: http://{host}:{port}/ ({'read-only, ' if read_only else ''}"
+               f"{'authentication required' if settings.has_auth else 'no authentication'})")
+    serve(app, settings, zone=_session(ctx).shown_zone)
 
 
 #: ``celery -A proj redbeat ...`` (registered through the ``celery.commands`` entry point)

@@ -79,6 +79,18 @@ class KeyLayout:
         return f"{self.prefix}:nodes"
 
     @property
+    def view_by_name(self) -> str:
+        """A short-lived copy of the schedule's members, every score 0, so Redis keeps
+        them in name order: what the web view pages through when sorting by name."""
+        return f"{self.prefix}:view:by-name"
+
+    @property
+    def view_by_last_run(self) -> str:
+        """A short-lived sorted set of entry keys scored by their last run (0: never
+        ran): what the web view pages through when sorting by last run."""
+        return f"{self.prefix}:view:by-last-run"
+
+    @property
     def lock(self) -> str:
         if self.lock_name is None:
             return f"{self.prefix}:lock"
@@ -91,7 +103,8 @@ class KeyLayout:
         """The package's own keys: no entry may be named so that its key is one of them
         (an entry ``:lock`` would turn the lock into a hash no node can ever take)."""
         return frozenset({self.schedule, self.statics, self.pending, self.held_definitions,
-                          self.nodes, self.lock, self.failing})
+                          self.nodes, self.lock, self.failing, self.view_by_name,
+                          self.view_by_last_run})
 
     def is_entry_key(self, key: str) -> bool:
         """Whether ``key`` can hold an entry of this schedule: under the prefix and not

@@ -19,6 +19,7 @@ from celery import Celery
 
 from . import legacy
 from .entry import InvalidEntry, RedBeatSchedulerEntry, node_name, store_for
+from .failures import read_failures
 from .keys import (
     CHANGED,
     DEFINITION,
@@ -76,9 +77,21 @@ class EntryInfo:
             return "finished"
         return "enabled"
 
+    @property
+    def shown_state(self) -> str:
+        """:attr:`state`, or ``failing`` for an enabled entry whose last dispatch Celery
+        or the broker refused (no slot has gone out since): such a run was claimed and
+        counted, and must not pass for a success."""
+        failures = read_failures(self.fields)
+        if (self.state == "enabled" and failures is not None and self.entry is not None
+                and failures.failing_since(self.entry.last_run_at)):
+            return "failing"
+        return self.state
 
-def _info(app: Celery, key: str, score: float | None, fields: dict[str, str],
-          statics: set[str]) -> EntryInfo:
+
+def entry_info(app: Celery, key: str, score: float | None, fields: dict[str, str],
+               statics: set[str]) -> EntryInfo:
+    """An entry as read (``fields``: its hash, whole or in part), decoded if it can be."""
     config = ensure_conf(app)
     name = config.keys.name_of(key)
     info = EntryInfo(name, key, score, fields, static=name in statics)
@@ -121,7 +134,7 @@ def iter_entries(app: Celery, page: int = PAGE) -> Iterator[EntryInfo]:
         for key, score, fields in rows:
             if not fields and score == PARKED_SCORE:
                 continue  # a finished entry whose ttl ran out; the leader's sweep drops it
-            yield _info(app, key, score, fields, statics)
+            yield entry_info(app, key, score, fields, statics)
         start += page
 
 
@@ -225,7 +238,7 @@ def get_entry(app: Celery, name: str) -> EntryInfo:
     fields, score, static = store_for(app).entry_record(key, name)
     if not fields:
         raise KeyError(name)
-    return _info(app, key, score, fields, {name} if static else set())
+    return entry_info(app, key, score, fields, {name} if static else set())
 
 
 def _loaded(app: Celery, name: str) -> RedBeatSchedulerEntry:
@@ -452,6 +465,7 @@ def status(app: Celery, now: float | None = None, upcoming: int = 5) -> Status:
 
 
 __all__ = [
-    "EntryInfo", "ImportPlan", "delete_entry", "due_entries", "export_entries", "get_entry",
+    "EntryInfo", "ImportPlan", "delete_entry", "due_entries", "entry_info", "export_entries",
+    "get_entry",
     "import_entries", "iter_entries", "list_entries", "run_now", "set_enabled", "status",
 ]

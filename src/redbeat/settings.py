@@ -49,6 +49,8 @@ KNOWN_SETTINGS = frozenset({
     "redbeat_deterministic_task_ids", "redbeat_exit_on_lock_loss",
     "redbeat_history_length", "redbeat_refuse_evicting_redis",
     "redbeat_misfire_grace_time", "redbeat_publish_timeout",
+    "redbeat_metrics_port", "redbeat_metrics_address",
+    "redbeat_web_token", "redbeat_web_user", "redbeat_web_password",
 })
 
 
@@ -211,6 +213,13 @@ class RedBeatConfig:
     refuse_evicting_redis: bool = False
     misfire_grace_time: float | None = None
     redis_url_is_fallback: bool = False
+    #: Port of beat's Prometheus endpoint (None: no endpoint), and the address it binds.
+    metrics_port: int | None = None
+    metrics_address: str = "127.0.0.1"
+    #: Credentials of ``redbeat web`` (a bearer token, or HTTP basic user and password).
+    web_token: str | None = field(default=None, repr=False)
+    web_user: str | None = None
+    web_password: str | None = field(default=None, repr=False)
     #: Warnings about the configuration (unknown settings, a lock timeout raised to its
     #: floor), kept rather than logged where they arise: the configuration is often
     #: read before Celery has set up logging (``celery beat`` builds a scheduler for its
@@ -282,6 +291,7 @@ class RedBeatConfig:
                               ("refuse_evicting_redis", False)):
             value = _flag(read(f"redbeat_{name}", default), f"redbeat_{name}", problems)
             setattr(self, name, default if value is None else value)
+        self._read_exposure(read, problems)
         namespace = getattr(self.app, "namespace", None)
         self.notices.extend(unknown_settings(conf, namespace if isinstance(namespace, str)
                                              else None))
@@ -310,6 +320,22 @@ class RedBeatConfig:
         if grace is not None:
             self.misfire_grace_time = _number(grace, "redbeat_misfire_grace_time", problems,
                                               strict=False)
+
+    def _read_exposure(self, read: Callable[..., Any], problems: list[str]) -> None:
+        """What redbeat serves over HTTP: beat's metrics and the web view's credentials."""
+        port = read("redbeat_metrics_port")
+        if port is not None:
+            port = _number(port, "redbeat_metrics_port", problems, minimum=1, strict=False,
+                           integer=True)
+            if port is not None and port > 65535:
+                problems.append(f"redbeat_metrics_port={port!r} must be at most 65535")
+                port = None
+            self.metrics_port = port
+        for name in ("metrics_address", "web_token", "web_user", "web_password"):
+            value = read(f"redbeat_{name}")
+            if value is not None and _typed(value, f"redbeat_{name}", problems, (str,),
+                                            "text"):
+                setattr(self, name, value or getattr(self, name))
 
     def _check(self) -> list[str]:
         problems = []

@@ -1,0 +1,79 @@
+"""``redbeat web``: a small server-rendered view of the schedule (``pip install
+'redbeat[web]'``).
+
+It reads and changes entries only through redbeat's management API (``redbeat.manage``,
+``redbeat.browse``), like the CLI. Every page is HTML rendered by Jinja2 with
+autoescaping, and no page has a script: whatever a client wrote into Redis (entry
+names, arguments, reasons) is shown as text. See docs/web.md.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from celery import Celery
+from flask import Flask, Response, abort, request, session
+
+from .security import SECURITY_HEADERS, WebSettings, authorized, check_bind, csrf_valid
+
+__all__ = ["WebSettings", "create_app", "serve"]
+
+#: The session field holding the CSRF token every form carries.
+CSRF_FIELD = "csrf"
+
+
+def create_app(celery_app: Celery, settings: WebSettings | None = None,
+               zone: Any = None) -> Flask:
+    """The WSGI app for ``celery_app``'s schedule. ``zone``: where times are shown
+    (default: the app's zone)."""
+    from . import views
+
+    settings = settings or WebSettings()
+    check_bind(settings)
+    app = Flask(__name__)
+    # A fresh secret per process: it signs only the session cookie that carries the CSRF
+    # token, so a restart merely asks open forms to be loaded again.
+    app.secret_key = secrets.token_bytes(32)
+    app.config.update(SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Strict",
+                      SESSION_COOKIE_NAME="redbeat_session", MAX_CONTENT_LENGTH=64 * 1024)
+    app.extensions["redbeat"] = views.Context(celery_app, settings,
+                                              zone or celery_app.timezone)
+    app.register_blueprint(views.blueprint)
+
+    @app.before_request
+    def guard() -> Response | None:
+        if not authorized(request.headers.get("Authorization"), settings):
+            return Response("authentication required\n", 401,
+                            {"WWW-Authenticate": 'Basic realm="redbeat"'})
+        if request.method not in ("GET", "HEAD"):
+            if settings.read_only:
+                abort(403, "read-only mode: nothing can be changed here")
+            if not csrf_valid(request.form.get(CSRF_FIELD), session.get(CSRF_FIELD)):
+                abort(403, "missing or wrong CSRF token: load the page again and resubmit")
+        return None
+
+    @app.after_request
+    def headers(response: Response) -> Response:
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    @app.context_processor
+    def forms() -> dict[str, Any]:
+        def csrf_token() -> str:
+            if CSRF_FIELD not in session:
+                session[CSRF_FIELD] = secrets.token_urlsafe(32)
+            return str(session[CSRF_FIELD])
+        return {"csrf_token": csrf_token, "read_only": settings.read_only}
+
+    return app
+
+
+def serve(celery_app: Celery, settings: WebSettings, zone: Any = None,
+          threads: int = 4) -> None:
+    """Serve the view with waitress (a production WSGI server) until interrupted."""
+    from waitress import serve as waitress_serve
+
+    app = create_app(celery_app, settings, zone)
+    waitress_serve(app, host=settings.host, port=settings.port, threads=threads,
+                   ident="redbeat")

@@ -1,0 +1,155 @@
+"""The web view's test kit: the real ``redbeat web`` command in a subprocess, a real
+headless Chromium (Debian's, driven by Playwright), and a fast bulk writer of entries.
+
+The server is stopped by its own pid. The browser is the system's ``/usr/bin/chromium``
+(never a browser Playwright downloads); tests skip without it, except in CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+
+from redbeat import RedBeatSchedulerEntry
+from redbeat.entry import meta_json, store_for
+from redbeat.settings import ensure_conf
+
+from .redis_server import free_port
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+#: Screenshots of each page, kept for docs/web.md and for looking at a failure.
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web"
+
+
+class WebServer:
+    """``python -m redbeat --url URL web ...`` on a free port, its output in a file."""
+
+    def __init__(self, redis_url: str, *args: str, directory: Path,
+                 env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = directory / f"web-{self.port}.log"
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "redbeat", "--url", redis_url, "web",
+                 "--port", str(self.port), *args],
+                env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 20.0, headers: dict[str, str] | None = None) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"redbeat web exited:\n{self.log()}")
+            try:
+                status, _ = fetch(self.url + "/nodes", headers=headers)
+                if status in (200, 401):
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"redbeat web did not answer:\n{self.log()}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+def fetch(url: str, data: dict[str, str] | None = None,
+          headers: dict[str, str] | None = None) -> tuple[int, str]:
+    """One HTTP request (a POST when ``data`` is given): status and body."""
+    body = None if data is None else "&".join(
+        f"{key}={urllib.request.quote(value)}" for key, value in data.items()).encode()
+    request = urllib.request.Request(url, data=body, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """A headless Chromium browser (Playwright's ``Browser``)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def screenshot(page: Any, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=False)
+    return path
+
+
+def write_entries(app: Celery, entries: list[tuple[str, str, float, dict[str, Any]]],
+                  chunk: int = 10_000) -> None:
+    """Write many entries fast, as ``save()`` would store them: ``(name, task, score,
+    changes)`` where ``changes`` may set ``enabled``, ``args``, ``every`` (seconds) and
+    ``runs`` (a last run ``runs`` intervals ago). A definition is encoded once per
+    distinct shape and copied with the name and task substituted; each chunk is one
+    transaction."""
+    keys = ensure_conf(app).keys
+    store = store_for(app)
+    templates: dict[tuple[float, bool, str], str] = {}
+    never_ran = meta_json(None, 0)
+
+    def definition(name: str, task: str, changes: dict[str, Any]) -> str:
+        every, enabled = float(changes.get("every", 60.0)), bool(changes.get("enabled", True))
+        args = changes.get("args", [])
+        shape = (every, enabled, json.dumps(args))
+        if shape not in templates:
+            templates[shape] = RedBeatSchedulerEntry(
+                NAME_MARK, TASK_MARK, every, args=args, app=app,
+                enabled=enabled).definition_json()
+        return templates[shape].replace(json.dumps(NAME_MARK), json.dumps(name)).replace(
+            json.dumps(TASK_MARK), json.dumps(task))
+
+    def meta(changes: dict[str, Any]) -> str:
+        runs = int(changes.get("runs", 0))
+        if not runs:
+            return never_ran
+        last = time.time() - float(changes.get("every", 60.0)) * runs
+        return meta_json(datetime.fromtimestamp(last, tz=timezone.utc), runs)
+
+    for at in range(0, len(entries), chunk):
+        part = entries[at:at + chunk]
+        rows = [(keys.entry(name), definition(name, task, changes), meta(changes), score)
+                for name, task, score, changes in part]
+
+        def build(pipe: Any, rows: list[tuple[str, str, str, float]] = rows) -> None:
+            for key, text, meta_text, _ in rows:
+                pipe.hset(key, mapping={"definition": text, "meta": meta_text})
+            pipe.zadd(keys.schedule, {key: score for key, _, _, score in rows})
+        store.write_batch(build)
+
+
+NAME_MARK, TASK_MARK = "@@name@@", "@@task@@"
