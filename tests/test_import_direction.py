@@ -18,8 +18,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "src" / "redbeat"
 
 PURE_CORE = {"keys", "decoder", "schedules", "nexttime", "nextrun", "policy", "planning",
              "batch"}
-EDGES = {"store", "connection", "schedulers", "manage", "cli", "embedded", "lock", "retry",
-         "health", "__main__"}
+EDGES = {"store", "connection", "schedulers", "manage", "browse", "cli", "embedded", "lock",
+         "retry", "health", "__main__"}
 #: Client libraries of the edges: the core talks to neither Redis nor a broker.
 IO_LIBRARIES = {"redis", "kombu"}
 
