@@ -190,7 +190,7 @@ def select_entries(app: Celery, sort: str = "next", offset: int = 0, limit: int 
             for key, score, fields in store.with_hashes(chunk):
                 if not fields and score == PARKED_SCORE:
                     continue  # a finished entry whose ttl ran out
-                info = _info(app, key, score, fields, statics)
+                info = entry_info(app, key, score, fields, statics)
                 if keep is None or keep(info):
                     matched.append(info)
             if wanted is not None and len(matched) >= wanted:
