@@ -456,3 +456,39 @@ def test_cron_shorthands_and_sunday_as_7(cron, fields):
 def test_an_empty_entry_name_is_refused(run):
     result = run("add", "", "tasks.x", "--every", "30s")
     assert result.exit_code == 5 and "empty" in result.output
+
+
+def test_standalone_cron_without_tz_runs_in_the_zone_beat_evaluates_it_in(run, redis_server):
+    """Issue 12, item 5: the standalone command does not know the app's zone, so a
+    crontab without --tz was scored in UTC (or --timezone) and ran off by the zone's
+    offset. Now beat works out its first run: the same as the entry saved from the app."""
+    import time
+
+    from celery.schedules import crontab
+
+    from redbeat.entry import meta_json
+
+    app = make_app(redis_server.url, timezone="America/New_York")
+    assert run("--timezone", "Asia/Tokyo", "add", "cli-daily", "tasks.d", "--cron",
+               "0 3 * * *").exit_code == 0
+    client = get_redis(app)
+    saved = RedBeatSchedulerEntry.from_key("redbeat:cli-daily", app=app)
+    assert getattr(saved.schedule, "timezone", None) is None  # zoneless, as 2.4.2 stores it
+    RedBeatSchedulerEntry("app-daily", "tasks.d", crontab(minute=0, hour=3), app=app,
+                          last_run_at=saved.last_run_at).save()
+    scheduler = RedBeatScheduler(app)
+    sent = []
+    scheduler.apply_async = lambda entry, *args, **kwargs: sent.append(entry.name)
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and client.zscore(
+                "redbeat::schedule", "redbeat:cli-daily") != client.zscore(
+                "redbeat::schedule", "redbeat:app-daily"):
+            scheduler.tick()
+    finally:
+        scheduler.close()
+    score = client.zscore("redbeat::schedule", "redbeat:cli-daily")
+    assert score == client.zscore("redbeat::schedule", "redbeat:app-daily")
+    due = datetime.fromtimestamp(score, tz=timezone.utc).astimezone(app.timezone)
+    assert (due.hour, due.minute) == (3, 0) and sent == []
+    assert client.hget("redbeat:cli-daily", "meta") == meta_json(saved.last_run_at)

@@ -33,11 +33,14 @@ from .entry import (
     STORE_ATTRIBUTE,
     InvalidEntry,
     RedBeatSchedulerEntry,
+    mark_zone_unknown,
     store_for,
+    zone_unknown,
 )
 from .failures import failing_summary, read_failures
 from .keys import CHANGED, MISFIRES, KeyLayout
 from .lock import Holder
+from .nextrun import follows_app_zone
 from .nexttime import next_after
 from .policy import EntryPolicy
 from .retry import AUTH_ERRORS
@@ -84,6 +87,7 @@ class Session:
         app = Celery("redbeat-cli", set_as_current=False)
         app.conf.update(redbeat_redis_url=self.url, timezone=self.zone or "UTC",
                         redbeat_redis_options={})
+        mark_zone_unknown(app)  # beat's zone is its app's, which this process has not
         if self.prefix:
             app.conf.redbeat_key_prefix = self.prefix
         return app
@@ -284,8 +288,7 @@ def _json_option(text: str | None, what: str, kind: type) -> Any:
 @click.option("--prefix", envvar="REDBEAT_KEY_PREFIX", default=None,
               help="Key prefix (default redbeat:, or the app's under celery).")
 @click.option("--timezone", "zone", default=None,
-              help="Time zone times are shown in (default UTC, or the app's under celery; "
-                   "standalone, crontabs are evaluated in it too).")
+              help="Time zone times are shown in (default UTC, or the app's under celery).")
 @click.option("--timeout", type=float, default=None,
               help=f"Seconds to wait for Redis (default {DEFAULT_TIMEOUT:g}).")
 @click.version_option(__version__, "--version", prog_name="redbeat",
@@ -651,8 +654,15 @@ def add(ctx: click.Context, name: str, task: str, disabled: bool, force: bool,
     if name:
         _guard_statics(ctx, [name], force)
     entry.save(changed_by="cli")
-    upcoming = _when(entry.due_at, _session(ctx).shown_zone) if entry.enabled else "(disabled)"
-    click.echo(f"saved {name}: {describe(entry.schedule)}, next run {upcoming}")
+    click.echo(f"saved {name}: {describe(entry.schedule)}, next run {_upcoming(ctx, entry)}")
+
+
+def _upcoming(ctx: click.Context, entry: RedBeatSchedulerEntry) -> str:
+    if not entry.enabled:
+        return "(disabled)"
+    if zone_unknown(entry.app) and follows_app_zone(entry.schedule):
+        return "worked out by beat in the app's time zone (--tz gives it one)"
+    return _when(entry.due_at, _session(ctx).shown_zone)
 
 
 @main.command()
@@ -686,8 +696,7 @@ def edit(ctx: click.Context, name: str, task: str | None, force: bool, **values:
     )
     _guard_statics(ctx, [name], force)
     entry.save(changed_by="cli")
-    upcoming = _when(entry.due_at, _session(ctx).shown_zone) if entry.enabled else "(disabled)"
-    click.echo(f"edited {name}: {describe(entry.schedule)}, next run {upcoming}")
+    click.echo(f"edited {name}: {describe(entry.schedule)}, next run {_upcoming(ctx, entry)}")
 
 
 def _simple(verb: str, action: Callable[[Celery, str], Any], done: str, help: str,

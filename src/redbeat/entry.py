@@ -26,7 +26,7 @@ from celery.schedules import BaseSchedule, ParseException, schedstate
 from . import decoder, legacy
 from .connection import get_redis, unwrapped
 from .keys import PARKED_SCORE
-from .nextrun import NextRun, next_run, score_of, to_score
+from .nextrun import NextRun, follows_app_zone, next_run, score_of, to_score
 from .nexttime import next_after, utc
 from .policy import DEFAULT as DEFAULT_POLICY
 from .policy import EntryPolicy
@@ -39,6 +39,17 @@ UTC_ZONE = ZoneInfo("UTC")
 POLICY_FIELDS = tuple(f.name for f in fields(EntryPolicy))
 STORE_ATTRIBUTE = "redbeat_store"
 CACHE_ATTRIBUTE = "redbeat_definitions"
+ZONE_UNKNOWN_ATTRIBUTE = "redbeat_zone_unknown"
+
+
+def mark_zone_unknown(app: Celery) -> None:
+    """Say that ``app``'s time zone is not the one beat evaluates entries in (an app
+    built by the standalone CLI, which has no access to the real one)."""
+    setattr(app, ZONE_UNKNOWN_ATTRIBUTE, True)
+
+
+def zone_unknown(app: Celery) -> bool:
+    return bool(getattr(app, ZONE_UNKNOWN_ATTRIBUTE, False))
 
 
 class InvalidEntry(ValueError):
@@ -263,14 +274,25 @@ class RedBeatSchedulerEntry(ScheduleEntry):
 
     def save(self, changed_by: str = "python-api") -> RedBeatSchedulerEntry:
         """Write the entry; ValueError for a name whose key is one of the package's own
-        (``:lock``, ``:nodes``, ...), which would break every node."""
+        (``:lock``, ``:nodes``, ...), which would break every node.
+
+        Through an app that does not know the zone beat runs in (the standalone CLI's,
+        see :func:`mark_zone_unknown`), an entry whose runs follow the app's zone (a
+        crontab without a zone of its own) is stored due at once: beat's next tick
+        works out its next run in the app's zone (an early score is corrected, nothing
+        is sent), so it runs as the same entry saved from the app would."""
         if not self.name:
             raise ValueError("entry name is empty")
         if self.key in self.config.keys.internal:
             raise ValueError(f"entry name {self.name!r} is reserved: its key {self.key!r} is "
                              "one of redbeat's own keys")
+        if not zone_unknown(self.app) or not self.enabled or \
+                not follows_app_zone(self.schedule):
+            score = self._saved_score()
+        else:
+            score = to_score(to_millisecond(self._default_now()))
         self.store.save(
-            self.key, self.definition_json(), meta_json(self.last_run_at), self._saved_score(),
+            self.key, self.definition_json(), meta_json(self.last_run_at), score,
             changed_json(changed_by), self.policy.to_json(),
         )
         return self

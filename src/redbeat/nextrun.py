@@ -23,6 +23,8 @@ import math
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
+from celery import schedules as celery_schedules
+
 from .keys import PARKED_SCORE
 from .nexttime import first_due, next_after, slots_between, utc
 from .policy import EntryPolicy
@@ -84,6 +86,16 @@ def following_run(schedule: Any, policy: EntryPolicy, name: str,
                   slot: datetime) -> NextRun | None:
     """The slot after one that has just run (or been claimed)."""
     return placed(schedule, policy, name, next_after(schedule, slot))
+
+
+def follows_app_zone(schedule: Any) -> bool:
+    """Whether the schedule's runs depend on the app's time zone: a crontab without a
+    zone of its own, or a ``relative=True`` interval (rounded on the app zone's clock).
+    Where that zone is unknown (the standalone CLI), such an entry is saved due at once
+    and beat works out its first run in its own zone (see ``entry.save``)."""
+    if isinstance(schedule, celery_schedules.crontab):
+        return getattr(schedule, "timezone", None) is None
+    return isinstance(schedule, celery_schedules.schedule) and bool(schedule.relative)
 
 
 def _saved_first(schedule: Any, policy: EntryPolicy, name: str,
