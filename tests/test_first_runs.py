@@ -131,6 +131,28 @@ def test_an_explicit_last_run_at_is_kept(app):
     assert score(app, entry.key) == to_score(last + timedelta(seconds=10))
 
 
+@pytest.mark.parametrize("how", ["saved", "static"])
+@pytest.mark.parametrize("kind", ["crontab", "rrule"])
+def test_a_calendar_entry_created_exactly_on_a_match_waits_for_the_next(redis_server, kind,
+                                                                        how):
+    """Issue 12, item 7: as in Celery, created at 12:00:00.000 on an every-five-minutes
+    schedule, it first runs at 12:05, not at once."""
+    schedule = {"crontab": crontab(minute="*/5"),
+                "rrule": rrule("MINUTELY", interval=5, dtstart=DAY_START)}[kind]
+    on_match = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
+    statics = {"e": {"task": "tasks.x", "schedule": schedule}} if how == "static" else {}
+    app = make_app(redis_server.url, beat_schedule=statics)
+    app.now = lambda: on_match  # the clock the entry's creation time is read from
+    if how == "saved":
+        RedBeatSchedulerEntry("e", "tasks.x", schedule, app=app).save()
+    clock = Clock(on_match.timestamp())
+    scheduler = leader_at(app, clock)
+    following = on_match + timedelta(minutes=5)
+    assert score(app, "redbeat:e") == to_score(following)
+    assert sent_at(scheduler, clock, on_match) == []
+    assert sent_at(scheduler, clock, following) == [("e", f"e:{ms(following)}")]
+
+
 # -- statics (beat_schedule) -------------------------------------------------------------------
 
 

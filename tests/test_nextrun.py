@@ -240,3 +240,14 @@ def test_relative_catch_up_stays_on_the_chain(every, now, expected):
     assert latest_slot(relative("UTC", every), datetime.fromisoformat(day + "10:00:00+00:00"),
                        datetime.fromisoformat(day + now + "+00:00")) \
         == datetime.fromisoformat(day + expected + "+00:00")
+
+
+def test_upcoming_runs_stop_at_the_window_and_carry_their_jitter():
+    """What the CLI's show and the web view list: the slots the tick will send."""
+    from redbeat.nextrun import upcoming_runs
+
+    policy = EntryPolicy(jitter=2.0, end_time=t(35))
+    first = next_run(EVERY_10, policy, "u", t(0), T)
+    runs = upcoming_runs(first, EVERY_10, policy, "u", 10)
+    assert [run.due for run in runs] == [t(10), t(20), t(30)]
+    assert [run.send_at for run in runs] == [policy.send_time("u", run.due) for run in runs]

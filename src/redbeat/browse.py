@@ -24,7 +24,6 @@ from celery import Celery
 from .entry import InvalidEntry, RedBeatSchedulerEntry, parse_meta, store_for
 from .keys import KeyLayout
 from .manage import EntryInfo, entry_info
-from .nexttime import next_after
 from .settings import ensure_conf
 from .store import ScheduleStore
 
@@ -267,10 +266,7 @@ def next_runs(entry: RedBeatSchedulerEntry, count: int = 10) -> tuple[list[datet
     zone = zone_of(entry)
     runs: list[datetime] = []
     try:
-        moment = entry.next_due()
-        while moment is not None and len(runs) < count:
-            runs.append(moment.astimezone(zone))
-            moment = next_after(entry.schedule, moment)
+        runs = [run.due.astimezone(zone) for run in entry.upcoming(count)]
     except (OverflowError, ValueError) as exc:
         return runs, f"cannot be computed: {exc}"
     return runs, "" if len(runs) == count else "no more runs"

@@ -41,7 +41,6 @@ from .failures import failing_summary, read_failures
 from .keys import CHANGED, MISFIRES, KeyLayout
 from .lock import Holder
 from .nextrun import follows_app_zone
-from .nexttime import next_after
 from .policy import EntryPolicy
 from .retry import AUTH_ERRORS
 from .schedule_text import (
@@ -507,13 +506,12 @@ def _show_dispatches(info: manage.EntryInfo, zone: tzinfo) -> None:
 def _show_next_runs(entry: RedBeatSchedulerEntry, zone: tzinfo, runs: int) -> None:
     click.echo("next runs:")
     try:
-        moment = entry.due_at
-        for _ in range(runs):
-            if moment is None:
-                click.echo("  (no more runs)")
-                break
-            click.echo(f"  {_when(moment, zone)}")
-            moment = next_after(entry.schedule, moment)
+        upcoming = entry.upcoming(runs)
+        for number, run in enumerate(upcoming):
+            # the first as due_at says it: now, when overdue
+            click.echo(f"  {_when(entry.due_at if number == 0 else run.due, zone)}")
+        if len(upcoming) < runs:
+            click.echo("  (no more runs)")
     except (OverflowError, ValueError) as exc:
         click.echo(f"  (cannot be computed: {exc})")
 

@@ -26,7 +26,7 @@ from celery.schedules import BaseSchedule, ParseException, schedstate
 from . import decoder, legacy
 from .connection import get_redis, unwrapped
 from .keys import PARKED_SCORE
-from .nextrun import NextRun, follows_app_zone, next_run, score_of, to_score
+from .nextrun import NextRun, follows_app_zone, next_run, score_of, to_score, upcoming_runs
 from .nexttime import next_after, utc
 from .policy import DEFAULT as DEFAULT_POLICY
 from .policy import EntryPolicy
@@ -190,6 +190,10 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         has no more runs. The score is this time (with the policy's delay)."""
         run = self._next_run()
         return None if run is None else run.due
+
+    def upcoming(self, count: int) -> list[NextRun]:
+        """The next ``count`` slots (fewer when the schedule or the window ends)."""
+        return upcoming_runs(self._next_run(), self.schedule, self.policy, self.name, count)
 
     def _next_run(self) -> NextRun | None:
         return next_run(self.schedule, self.policy, self.name, self.last_run_at,

@@ -88,6 +88,18 @@ def following_run(schedule: Any, policy: EntryPolicy, name: str,
     return placed(schedule, policy, name, next_after(schedule, slot))
 
 
+def upcoming_runs(first: NextRun | None, schedule: Any, policy: EntryPolicy, name: str,
+                  count: int) -> list[NextRun]:
+    """``first`` and the slots after it, ``count`` at most, as the tick will send them
+    (the window and jitter applied): what the CLI and the web view show."""
+    runs: list[NextRun] = []
+    run = first
+    while run is not None and len(runs) < count:
+        runs.append(run)
+        run = following_run(schedule, policy, name, run.due)
+    return runs
+
+
 def follows_app_zone(schedule: Any) -> bool:
     """Whether the schedule's runs depend on the app's time zone: a crontab without a
     zone of its own, or a ``relative=True`` interval (rounded on the app zone's clock).
