@@ -133,7 +133,7 @@ def for_cli(app: Celery, url: str | None, prefix: str | None,
             options[name] = timeout
         else:
             options.setdefault(name, DEFAULT_TIMEOUT)
-    changes: dict[str, Any] = {"app": None, "redis_options": options,
+    changes: dict[str, Any] = {"redis_options": options,
                                "redis_options_from_redbeat": True, "notices": []}
     if url:
         changes.update(redis_url=url, redis_url_is_fallback=False)
@@ -141,9 +141,7 @@ def for_cli(app: Celery, url: str | None, prefix: str | None,
         own_lock = config.lock_key == KeyLayout(config.key_prefix).lock
         changes.update(key_prefix=prefix,
                        lock_key=KeyLayout(prefix).lock if own_lock else config.lock_key)
-    copy = dataclasses.replace(config, **changes)  # app=None: nothing is read again
-    copy.app = app
-    app.redbeat_conf = copy
+    app.redbeat_conf = dataclasses.replace(config, **changes)  # a copy: nothing read again
     for attribute in (STORE_ATTRIBUTE, CLIENT_ATTRIBUTE, CACHE_ATTRIBUTE):
         if getattr(app, attribute, None) is not None:
             setattr(app, attribute, None)

@@ -186,55 +186,210 @@ def conf_has(conf: Mapping[str, Any], name: str) -> bool:
     return conf_lookup(conf, name) is not _MISSING
 
 
-@dataclass
-class RedBeatConfig:
-    """What redbeat needs from the Celery configuration, resolved once.
+def _text(value: Any, name: str, problems: list[str]) -> str | None:
+    return value if _typed(value, name, problems, (str,), "text") else None
 
-    Built from an app (``RedBeatConfig(app)``, the 2.4.2 signature) or directly from
-    keyword arguments in tests and tools.
+
+def _url(value: Any, name: str, problems: list[str]) -> str | None:
+    return value if _typed(value, name, problems, (str,), "a redis:// URL") else None
+
+
+def _options(value: Any, name: str, problems: list[str]) -> dict[str, Any] | None:
+    if _typed(value, name, problems, (Mapping,), "a dict of options"):
+        return dict(value)
+    return None
+
+
+def _as_is(value: Any, name: str, problems: list[str]) -> Any:
+    return value
+
+
+def _delivery(value: Any, name: str, problems: list[str]) -> str | None:
+    if value in (AT_LEAST_ONCE, AT_MOST_ONCE):
+        return str(value)
+    problems.append(f"{name}={value!r} must be {AT_LEAST_ONCE!r} or {AT_MOST_ONCE!r}")
+    return None
+
+
+def _seconds(value: Any, name: str, problems: list[str]) -> float | None:
+    """Seconds, 0 included; 0 reads as "the default" for the settings whose default is
+    computed (``redbeat_lock_timeout``: 0 meant that in 2.4.2 too, ``timeout or ...``)."""
+    return _number(value, name, problems, strict=False) or None
+
+
+def _grace(value: Any, name: str, problems: list[str]) -> float | None:
+    return _number(value, name, problems, strict=False)
+
+
+def _batch(value: Any, name: str, problems: list[str]) -> int | None:
+    return _number(value, name, problems, minimum=1, strict=False, integer=True)
+
+
+def _count(value: Any, name: str, problems: list[str]) -> int | None:
+    return _number(value, name, problems, strict=False, integer=True)
+
+
+def _port(value: Any, name: str, problems: list[str]) -> int | None:
+    port = _number(value, name, problems, minimum=1, strict=False, integer=True)
+    if port is not None and port > 65535:
+        problems.append(f"{name}={port!r} must be at most 65535")
+        return None
+    return port
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of :data:`SETTINGS`: the config attribute, the setting names read for it
+    (the first one set wins; a ``broker_*`` name is the fallback 2.4.2 read), how a
+    value is checked and converted (None: refused, with a problem recorded), and the
+    value when none is set or the one set was refused."""
+
+    attribute: str
+    names: tuple[str, ...]
+    convert: Callable[[Any, str, list[str]], Any]
+    default: Any
+    #: whether empty text counts as not set (text settings: an empty prefix or URL)
+    blank_is_unset: bool = False
+
+    def lookup(self, conf: Mapping[str, Any]) -> tuple[str | None, Any]:
+        """The first name set (not None) and its value."""
+        for name in self.names:
+            value = (broker_fallback(conf, name) if name.startswith("broker_")
+                     else conf_lookup(conf, name, None))
+            if value is not None and not (self.blank_is_unset and value == ""):
+                return name, value
+        return None, None
+
+
+#: Every setting redbeat reads into :class:`RedBeatConfig`, in reading order (the
+#: prefix first, as 2.4.2 reads it: with Celery's test app, defaults added by
+#: ``conf.add_defaults`` are visible to the first read only). ``redbeat_lock_key`` is
+#: read after them (its value is relative to the prefix); ``redbeat_publish_timeout``
+#: is the scheduler's (it times beat's own broker connection).
+SETTINGS = (
+    Setting("key_prefix", ("redbeat_key_prefix",), _text, DEFAULT_KEY_PREFIX, True),
+    Setting("redis_url", ("redbeat_redis_url", "broker_url"), _url, "", True),
+    Setting("redis_use_ssl", ("redbeat_redis_use_ssl", "broker_use_ssl"), _as_is, None),
+    Setting("redis_options", ("redbeat_redis_options", "broker_transport_options"), _options,
+            {}),
+    Setting("lock_timeout", ("redbeat_lock_timeout",), _seconds, None),
+    Setting("poll_interval", ("redbeat_poll_interval",), _seconds, DEFAULT_POLL_INTERVAL),
+    Setting("batch_size", ("redbeat_batch_size",), _batch, DEFAULT_BATCH_SIZE),
+    Setting("history_length", ("redbeat_history_length",), _count, DEFAULT_HISTORY_LENGTH),
+    Setting("misfire_grace_time", ("redbeat_misfire_grace_time",), _grace, None),
+    Setting("delivery", ("redbeat_delivery",), _delivery, AT_LEAST_ONCE, True),
+    Setting("deterministic_task_ids", ("redbeat_deterministic_task_ids",), _flag, True),
+    Setting("exit_on_lock_loss", ("redbeat_exit_on_lock_loss",), _flag, False),
+    Setting("refuse_evicting_redis", ("redbeat_refuse_evicting_redis",), _flag, False),
+    # what redbeat serves over HTTP: beat's metrics and the web view's credentials
+    Setting("metrics_port", ("redbeat_metrics_port",), _port, None),
+    Setting("metrics_address", ("redbeat_metrics_address",), _text, "127.0.0.1", True),
+    Setting("web_token", ("redbeat_web_token",), _text, None, True),
+    Setting("web_user", ("redbeat_web_user",), _text, None, True),
+    Setting("web_password", ("redbeat_web_password",), _text, None, True),
+)
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+#: The default of every setting attribute: "read it from the app, else the table's
+#: default". A copy (``dataclasses.replace``) passes every value on, so it reads nothing.
+UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True)
+class RedBeatConfig:
+    """What redbeat needs from the Celery configuration, resolved once and frozen.
+
+    Built from an app (``RedBeatConfig(app)``, the 2.4.2 signature), where every
+    attribute not given is read through :data:`SETTINGS`, or from keyword arguments in
+    tests and tools. An override is a copy, ``dataclasses.replace(config, ...)``, which
+    goes through the same checks and reads nothing again; nobody changes a config that
+    other code may hold.
     """
 
     app: Celery | None = None
-    redis_url: str = ""
-    redis_use_ssl: Any = None
-    redis_options: dict[str, Any] = field(default_factory=dict)
-    redis_options_from_redbeat: bool = True
-    key_prefix: str = DEFAULT_KEY_PREFIX
-    lock_key: str | None = None
+    redis_url: str = UNSET
+    redis_use_ssl: Any = UNSET
+    redis_options: dict[str, Any] = UNSET
+    #: whether ``redis_options`` are redbeat's own (else borrowed from the broker's)
+    redis_options_from_redbeat: bool = UNSET
+    key_prefix: str = UNSET
+    lock_key: str | None = UNSET
     #: ``redbeat_lock_timeout`` as set (None when unset, as 2.4.2's config reports it);
     #: the lease actually in force is :meth:`lease_timeout`.
-    lock_timeout: float | None = None
-    poll_interval: float = DEFAULT_POLL_INTERVAL
-    batch_size: int = DEFAULT_BATCH_SIZE
-    delivery: str = AT_LEAST_ONCE
-    deterministic_task_ids: bool = True
-    exit_on_lock_loss: bool = False
-    history_length: int = DEFAULT_HISTORY_LENGTH
-    refuse_evicting_redis: bool = False
-    misfire_grace_time: float | None = None
-    redis_url_is_fallback: bool = False
+    lock_timeout: float | None = UNSET
+    poll_interval: float = UNSET
+    batch_size: int = UNSET
+    delivery: str = UNSET
+    deterministic_task_ids: bool = UNSET
+    exit_on_lock_loss: bool = UNSET
+    history_length: int = UNSET
+    refuse_evicting_redis: bool = UNSET
+    misfire_grace_time: float | None = UNSET
+    redis_url_is_fallback: bool = UNSET
     #: Port of beat's Prometheus endpoint (None: no endpoint), and the address it binds.
-    metrics_port: int | None = None
-    metrics_address: str = "127.0.0.1"
+    metrics_port: int | None = UNSET
+    metrics_address: str = UNSET
     #: Credentials of ``redbeat web`` (a bearer token, or HTTP basic user and password).
-    web_token: str | None = field(default=None, repr=False)
-    web_user: str | None = None
-    web_password: str | None = field(default=None, repr=False)
+    web_token: str | None = field(default=UNSET, repr=False)
+    web_user: str | None = UNSET
+    web_password: str | None = field(default=UNSET, repr=False)
     #: Warnings about the configuration (unknown settings, a lock timeout raised to its
     #: floor), kept rather than logged where they arise: the configuration is often
     #: read before Celery has set up logging (``celery beat`` builds a scheduler for its
     #: banner first), so the scheduler logs them once it runs (:meth:`log_notices`).
     notices: list[str] = field(default_factory=list, compare=False)
-    _logged: set[str] = field(default_factory=set, compare=False, repr=False)
+    _logged: set[str] = field(default_factory=set, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.notices = list(self.notices)  # a copy (dataclasses.replace) has its own
-        problems = self._read(self.app.conf) if self.app is not None else []
-        problems += self._check()
+        conf = self.app.conf if self.app is not None else None
+        problems: list[str] = []
+        read_names: dict[str, str | None] = {}
+        read_any = False
+        for setting in SETTINGS:
+            given = getattr(self, setting.attribute)
+            read_any = read_any or (given is UNSET and conf is not None)
+            if given is UNSET:
+                name, raw = setting.lookup(conf) if conf is not None else (None, None)
+            else:
+                name, raw = setting.names[0], given
+            value = None if raw is None else setting.convert(raw, name or "", problems)
+            self._set(setting.attribute, setting.default if value is None else value)
+            read_names[setting.attribute] = name if given is UNSET else setting.names[0]
+        if self.lock_key is UNSET:
+            self._set("lock_key", self._read_lock_key(conf, problems))
+        if self.redis_url_is_fallback is UNSET:
+            self._set("redis_url_is_fallback", read_names["redis_url"] == "broker_url")
+        if self.redis_options_from_redbeat is UNSET:
+            self._set("redis_options_from_redbeat",
+                      read_names["redis_options"] != "broker_transport_options")
+        self._set("notices", list(self.notices))  # a copy has its own
         if problems:
             raise SettingError(problems)
-        if self.app is not None:
+        if read_any and self.app is not None:
+            namespace = getattr(self.app, "namespace", None)
+            for message in unknown_settings(self.app.conf, namespace if isinstance(
+                    namespace, str) else None):
+                self.notice(message)
             self._warn_inherited()
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)  # while being built: frozen after
+
+    def _read_lock_key(self, conf: Mapping[str, Any] | None, problems: list[str]) -> str | None:
+        """``redbeat_lock_key``, relative to the prefix (2.4.2 prepends it); None (set
+        explicitly) turns locking off."""
+        lock_key = _MISSING if conf is None else conf_lookup(conf, "redbeat_lock_key", _MISSING)
+        if lock_key is not _MISSING and not _typed(lock_key, "redbeat_lock_key", problems,
+                                                   (str,), "text or None"):
+            lock_key = _MISSING
+        if lock_key is _MISSING:
+            return KeyLayout(self.key_prefix).lock
+        return None if lock_key is None else KeyLayout(self.key_prefix, str(lock_key)).lock
 
     def _warn_inherited(self) -> None:
         """celery-redbeat 2.4.2 deprecated borrowing the broker's settings (the schedule
@@ -247,104 +402,6 @@ class RedBeatConfig:
             warnings.warn("redbeat_redis_options is not set: falling back to "
                           "broker_transport_options is deprecated; set redbeat_redis_options",
                           DeprecationWarning, stacklevel=3)
-
-    def _read(self, conf: Mapping[str, Any]) -> list[str]:
-        """Every setting, checked as it is read; returns the problems found, which are
-        reported together in one :class:`SettingError` naming each bad value, instead of
-        the first one surfacing as a traceback from deep inside ``float()``."""
-        problems: list[str] = []
-
-        def read(name: str, default: Any = None) -> Any:
-            return conf_lookup(conf, name, default)
-
-        # The prefix first, as 2.4.2 reads it: with Celery's test app, defaults added by
-        # ``conf.add_defaults`` are visible to the first read only.
-        prefix = read("redbeat_key_prefix")
-        if _typed(prefix, "redbeat_key_prefix", problems, (str,), "text"):
-            self.key_prefix = prefix or DEFAULT_KEY_PREFIX
-        url = read("redbeat_redis_url")
-        if not _typed(url, "redbeat_redis_url", problems, (str,), "a redis:// URL"):
-            url = None
-        self.redis_url_is_fallback = not url
-        self.redis_url = url or broker_fallback(conf, "broker_url") or ""
-        self.redis_use_ssl = read("redbeat_redis_use_ssl", broker_fallback(conf, "broker_use_ssl"))
-        options = read("redbeat_redis_options", _MISSING)
-        self.redis_options_from_redbeat = options is not _MISSING
-        if options is _MISSING:
-            options = broker_fallback(conf, "broker_transport_options")
-        elif not _typed(options, "redbeat_redis_options", problems, (Mapping,),
-                        "a dict of options"):
-            options = None
-        self.redis_options = dict(options or {})
-        lock_key = read("redbeat_lock_key", _MISSING)
-        if lock_key is not _MISSING and not _typed(lock_key, "redbeat_lock_key", problems,
-                                                   (str,), "text or None"):
-            lock_key = _MISSING
-        self.lock_key = (
-            KeyLayout(self.key_prefix).lock
-            if lock_key is _MISSING
-            else (None if lock_key is None else KeyLayout(self.key_prefix, lock_key).lock)
-        )
-        self._read_numbers(read, problems)
-        self.delivery = read("redbeat_delivery") or AT_LEAST_ONCE
-        for name, default in (("deterministic_task_ids", True), ("exit_on_lock_loss", False),
-                              ("refuse_evicting_redis", False)):
-            value = _flag(read(f"redbeat_{name}", default), f"redbeat_{name}", problems)
-            setattr(self, name, default if value is None else value)
-        self._read_exposure(read, problems)
-        namespace = getattr(self.app, "namespace", None)
-        self.notices.extend(unknown_settings(conf, namespace if isinstance(namespace, str)
-                                             else None))
-        return problems
-
-    def _read_numbers(self, read: Callable[..., Any], problems: list[str]) -> None:
-        lock_timeout = read("redbeat_lock_timeout")
-        if lock_timeout is not None:
-            # 0 means "the default", as in 2.4.2 (``timeout or 5 x max interval``)
-            self.lock_timeout = _number(lock_timeout, "redbeat_lock_timeout", problems,
-                                        strict=False) or None
-        poll = read("redbeat_poll_interval")
-        if poll is not None:
-            self.poll_interval = (_number(poll, "redbeat_poll_interval", problems,
-                                          strict=False) or DEFAULT_POLL_INTERVAL)
-        batch = read("redbeat_batch_size")
-        if batch is not None:
-            self.batch_size = _number(batch, "redbeat_batch_size", problems, minimum=1,
-                                      strict=False, integer=True) or DEFAULT_BATCH_SIZE
-        history = read("redbeat_history_length")
-        if history is not None:
-            value = _number(history, "redbeat_history_length", problems, strict=False,
-                            integer=True)
-            self.history_length = DEFAULT_HISTORY_LENGTH if value is None else value
-        grace = read("redbeat_misfire_grace_time")
-        if grace is not None:
-            self.misfire_grace_time = _number(grace, "redbeat_misfire_grace_time", problems,
-                                              strict=False)
-
-    def _read_exposure(self, read: Callable[..., Any], problems: list[str]) -> None:
-        """What redbeat serves over HTTP: beat's metrics and the web view's credentials."""
-        port = read("redbeat_metrics_port")
-        if port is not None:
-            port = _number(port, "redbeat_metrics_port", problems, minimum=1, strict=False,
-                           integer=True)
-            if port is not None and port > 65535:
-                problems.append(f"redbeat_metrics_port={port!r} must be at most 65535")
-                port = None
-            self.metrics_port = port
-        for name in ("metrics_address", "web_token", "web_user", "web_password"):
-            value = read(f"redbeat_{name}")
-            if value is not None and _typed(value, f"redbeat_{name}", problems, (str,),
-                                            "text"):
-                setattr(self, name, value or getattr(self, name))
-
-    def _check(self) -> list[str]:
-        problems = []
-        if self.delivery not in (AT_LEAST_ONCE, AT_MOST_ONCE):
-            problems.append(f"redbeat_delivery={self.delivery!r} must be {AT_LEAST_ONCE!r} "
-                            f"or {AT_MOST_ONCE!r}")
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            problems.append(f"redbeat_batch_size={self.batch_size!r} must be at least 1")
-        return problems
 
     def notice(self, message: str) -> None:
         """Keep a configuration warning for :meth:`log_notices` (once per text)."""
@@ -416,6 +473,21 @@ class RedBeatConfig:
 
     def is_key_in_conf(self, name: str) -> bool:
         return self.app is not None and conf_has(self.app.conf, name)
+
+
+def _set_property_or_refuse(self: RedBeatConfig, name: str, value: Any) -> None:
+    """A frozen config still takes 2.4.2's ``config.schedule = {...}``: that property
+    writes the app's ``beat_schedule``, not the config. Any other assignment raises
+    ``FrozenInstanceError``."""
+    attribute = getattr(type(self), name, None)
+    if isinstance(attribute, property) and attribute.fset is not None:
+        attribute.fset(self, value)
+    else:
+        _frozen_setattr(self, name, value)
+
+
+_frozen_setattr = RedBeatConfig.__setattr__
+RedBeatConfig.__setattr__ = _set_property_or_refuse  # type: ignore[method-assign,assignment]
 
 
 def ensure_conf(app: Celery | None = None) -> RedBeatConfig:
