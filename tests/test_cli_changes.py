@@ -129,6 +129,8 @@ def test_edit_changes_one_field_in_place_and_keeps_the_rest(redis_server):
         (["--options", '{"queue": "fast"}'], lambda d: d["options"] == {"queue": "fast"}),
         (["--cron", "@daily", "--tz", "Europe/Paris"],
          lambda d: "Europe/Paris" in json.dumps(d["schedule"])),
+        (["--cron", "0 9 * * *"],  # the zone stays when --tz is not given
+         lambda d: "Europe/Paris" in json.dumps(d["schedule"]) and d["schedule"]["hour"] == "9"),
     ]:
         edited = redbeat(url, "edit", "job", *args)
         assert edited.returncode == 0 and edited.stdout.startswith("edited job"), edited.stderr

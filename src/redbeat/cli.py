@@ -51,6 +51,7 @@ from .schedule_text import (
     parse_rrule,
     parse_time,
     parse_zone,
+    zone_of,
 )
 from .schedules import clocked
 from .settings import ensure_conf
@@ -669,7 +670,8 @@ def _upcoming(ctx: click.Context, entry: RedBeatSchedulerEntry) -> str:
 @command
 def edit(ctx: click.Context, name: str, task: str | None, force: bool, **values: Any) -> None:
     """Change some fields of an entry in place (validated as `add` validates them); the
-    others, its run history and its state stay as they are."""
+    others, its run history and its state stay as they are. A new schedule without --tz
+    keeps the zone of the old one."""
     if task is None and all(value is None for option, value in values.items()
                             if option != "zone"):
         raise click.UsageError("nothing to change: give the fields to change, e.g. --every 5m")
@@ -678,6 +680,8 @@ def edit(ctx: click.Context, name: str, task: str | None, force: bool, **values:
     if info.entry is None:
         raise InvalidEntry(info.key, f"{info.error or 'unreadable'}; replace it with `add`")
     old = info.entry
+    if values["zone"] is None:
+        values["zone"] = zone_of(old.schedule)  # a new --cron keeps the entry's zone
     if task is not None:
         _check_task(ctx, task, "--task", force)
     entry = RedBeatSchedulerEntry(

@@ -223,6 +223,17 @@ def as_options(value: Any) -> list[str] | None:
     return None
 
 
+def zone_of(value: Any) -> str | None:
+    """The IANA zone a schedule is evaluated in, when it names one: ``edit`` keeps it
+    for a new ``--cron``/``--rrule`` given without ``--tz``."""
+    if isinstance(value, rrule):
+        named = zone_name(value.dtstart.tzinfo)
+        return named if named and named != "UTC" else None
+    if isinstance(value, crontab):
+        return getattr(value, "timezone", None)
+    return None
+
+
 def describe(value: Any) -> str:
     """A schedule in words, for tables: the same syntax as the options that give it."""
     if isinstance(value, rrule):
