@@ -465,7 +465,7 @@ def status(app: Celery, now: float | None = None, upcoming: int = 5) -> Status:
 
 
 __all__ = [
-    "EntryInfo", "ImportPlan", "delete_entry", "due_entries", "entry_info", "export_entries",
-    "get_entry",
-    "import_entries", "iter_entries", "list_entries", "run_now", "set_enabled", "status",
+    "EntryInfo", "ImportPlan", "Selection", "delete_entry", "due_entries", "entry_info",
+    "export_entries", "get_entry", "import_entries", "iter_entries", "list_entries", "run_now",
+    "select_entries", "set_enabled", "status",
 ]
