@@ -201,3 +201,45 @@ def test_catch_up_of_a_dense_rrule_after_long_downtime(app):
     assert not get_redis(app).hexists("redbeat:dense", "misfires")  # coalesced, not skipped
     record = json.loads(get_redis(app).hget("redbeat:dense-each", "misfires"))
     assert record["skipped"] == 2 * 86400 - 2  # every missed second but the two run
+
+
+@pytest.mark.parametrize("meta", ["created", "never ran"])
+def test_jitter_neither_pushes_an_entry_back_nor_parks_it_unrun(app, meta):
+    """Issue 12, item 4, through the tick: ticks at each score (plus a little lateness)
+    leave the score where it is; every 10 s slot is sent once, within its jitter; a
+    windowed entry sends its slots inside the window, then is parked. "never ran" is an
+    entry stored with a null last_run_at and its first slot's jittered score (a one-off,
+    a hand-written entry): its score was read as a new due time and jittered again."""
+    from redbeat.entry import to_score
+    from redbeat.schedules import rrule
+
+    client = get_redis(app)
+    clock = Clock()
+    every_10 = rrule("SECONDLY", interval=10, dtstart=at(0))
+    for name, rules in (("plain", EntryPolicy(jitter=2.0)),
+                        ("windowed", EntryPolicy(jitter=2.0, end_time=at(45)))):
+        entry = RedBeatSchedulerEntry(name, "tasks.j", every_10, app=app, last_run_at=at(0),
+                                      policy=rules)
+        entry.save()
+        if meta == "never ran":
+            client.hset(entry.key, "meta", json.dumps({"last_run_at": None}))
+            client.zadd("redbeat::schedule",
+                        {entry.key: to_score(at(10) + rules.delay(name, at(10)))})
+    scheduler = leader(app, clock)
+    sent: dict[str, list[float]] = {"plain": [], "windowed": []}
+    while True:
+        score = min(s for _, s in client.zrange("redbeat::schedule", 0, -1, withscores=True)
+                    if s > 0)
+        if score > T0 + 62:
+            break
+        before = len(scheduler.sent)
+        clock.now = score + 0.05
+        scheduler.tick()
+        assert client.zscore("redbeat::schedule", "redbeat:plain") >= score  # never earlier
+        for name, task_id in scheduler.sent[before:]:
+            due = int(task_id.rsplit(":", 1)[1]) / 1000 - T0
+            assert 0 <= clock.now - T0 - due <= 2.05  # sent within its jitter
+            sent[name].append(due)
+    assert sent["plain"] == [10, 20, 30, 40, 50, 60]
+    assert sent["windowed"] == [10, 20, 30, 40]
+    assert client.zscore("redbeat::schedule", "redbeat:windowed") == -1
