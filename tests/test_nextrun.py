@@ -12,7 +12,7 @@ from celery.schedules import crontab, schedule
 from redbeat import RedBeatSchedulerEntry
 from redbeat.entry import meta_json
 from redbeat.nextrun import NextRun, from_score, next_run, to_score
-from redbeat.planning import Policy, plan_batch
+from redbeat.planning import TickSettings, plan_batch
 from redbeat.policy import EntryPolicy
 from redbeat.schedules import clocked
 from redbeat.store import Row
@@ -126,7 +126,7 @@ def row(name: str, sched_, last: datetime | None, score: float, **policy) -> Row
 
 
 def plan(rows: list[Row], now: datetime, grace: float | None = None):
-    result = plan_batch(APP, rows, now, Policy("node", misfire_grace_time=grace))
+    result = plan_batch(APP, rows, now, TickSettings("node", misfire_grace_time=grace))
     (op,) = result.ops
     return ([int((claim.due - T).total_seconds()) for claim in result.claims],
             op.score if op.score <= 0 else round(op.score - T.timestamp(), 3), op.expire)
@@ -167,7 +167,7 @@ def test_plan(case, row_, now, grace, expected):
 
 def test_a_quarantined_row_is_parked_with_its_reason():
     bad = Row("redbeat:bad", 0.0, '{"name": "bad"}', None, None)
-    result = plan_batch(APP, [bad], T, Policy("node"))
+    result = plan_batch(APP, [bad], T, TickSettings("node"))
     (op,) = result.ops
     assert (op.kind, op.score) == ("quarantine", -1) and "missing 'task'" in op.fields[0][1]
 

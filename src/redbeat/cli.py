@@ -31,6 +31,7 @@ from .connection import CLIENT_ATTRIBUTE, OWN_OPTIONS, redact
 from .entry import (
     CACHE_ATTRIBUTE,
     STORE_ATTRIBUTE,
+    EntryNotFound,
     InvalidEntry,
     RedBeatSchedulerEntry,
     mark_zone_unknown,
@@ -162,12 +163,6 @@ def _app(ctx: click.Context) -> Celery:
     return _session(ctx).resolve()
 
 
-class NotFound(LookupError):
-    """No entry of that name: the one failure that exits 3. Only the name a command
-    was asked for is reported so; any other missing key (a zone, a frequency, a field
-    of an export) is invalid input, never "no entry named ..."."""
-
-
 def command(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Maps failures to the documented exit codes with a one-line message, classified
     by what went wrong: the entry, the input, the credentials or the connection."""
@@ -175,15 +170,13 @@ def command(fn: Callable[..., Any]) -> Callable[..., Any]:
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except NotFound as exc:
-            fail(f"no entry named {exc.args[0]!r}", EXIT_NOT_FOUND)
+        except EntryNotFound as exc:  # the one KeyError that means "no such entry"
+            fail(str(exc), EXIT_NOT_FOUND)
         except Refused as exc:
             fail(str(exc), EXIT_REFUSED)
         except ZoneInfoNotFoundError as exc:  # a KeyError, but bad input, not a lookup
             fail(f"unknown time zone: {exc}", EXIT_INVALID)
-        except KeyError as exc:
-            if exc.args and exc.args[0] == kwargs.get("name"):
-                fail(f"no entry named {exc.args[0]!r}", EXIT_NOT_FOUND)
+        except KeyError as exc:  # a field of an export, a lookup in the input
             fail(f"missing {exc}", EXIT_INVALID)
         except AUTH_ERRORS as exc:
             fail(auth_message(exc), EXIT_AUTH)

@@ -61,13 +61,26 @@ class InvalidEntry(ValueError):
         self.reason = reason
 
 
+class EntryNotFound(KeyError):
+    """No entry of that name (or at that key). A KeyError, as 2.4.2 raised, so code
+    written for it still catches it; the CLI maps this one, and no other KeyError, to
+    "no entry named ..." (exit 3)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"no entry named {self.name!r}"
+
+
 def store_for(app: Celery) -> ScheduleStore:
     """The app's store, built once: one client and one retry policy per app."""
     store = getattr(app, STORE_ATTRIBUTE, None)
     if store is None:
         config = ensure_conf(app)
-        policy = RetryPolicy(config.redis_options.get("retry_period"))
-        store = ScheduleStore(unwrapped(get_redis(app)), config.keys, policy)
+        retry = RetryPolicy(config.redis_options.get("retry_period"))
+        store = ScheduleStore(unwrapped(get_redis(app)), config.keys, retry)
         setattr(app, STORE_ATTRIBUTE, store)
     return store
 
@@ -263,11 +276,11 @@ class RedBeatSchedulerEntry(ScheduleEntry):
     @staticmethod
     def load_definition(key: str, app: Celery | None = None,
                         definition: str | None = None) -> dict[str, Any]:
-        """KeyError when the key holds no definition."""
+        """EntryNotFound (a KeyError) when the key holds no definition."""
         if definition is None:
             definition = store_for(ensure_conf(app).app).load(key)[0]
         if not definition:
-            raise KeyError(key)
+            raise EntryNotFound(key)
         return RedBeatSchedulerEntry.decode_definition(definition)
 
     @staticmethod
@@ -355,12 +368,12 @@ class RedBeatSchedulerEntry(ScheduleEntry):
 
     @classmethod
     def from_key(cls, key: str, app: Celery | None = None) -> RedBeatSchedulerEntry:
-        """Load an entry; KeyError when the key holds no entry, InvalidEntry when it holds
-        one that cannot be scheduled."""
+        """Load an entry; EntryNotFound (a KeyError) when the key holds no entry,
+        InvalidEntry when it holds one that cannot be scheduled."""
         config = ensure_conf(app)
         definition, meta, policy = store_for(config.app).load(key)
         if not definition:
-            raise KeyError(key)
+            raise EntryNotFound(key)
         return cls.decode(config.app, key, definition, meta, policy=policy)
 
     @classmethod

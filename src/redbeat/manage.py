@@ -18,7 +18,7 @@ from typing import Any
 from celery import Celery
 
 from . import legacy
-from .entry import InvalidEntry, RedBeatSchedulerEntry, node_name, store_for
+from .entry import EntryNotFound, InvalidEntry, RedBeatSchedulerEntry, node_name, store_for
 from .failures import read_failures
 from .keys import (
     CHANGED,
@@ -233,11 +233,11 @@ def _chunks(items: Iterator[tuple[str, float]], size: int) -> Iterator[list[tupl
 
 
 def get_entry(app: Celery, name: str) -> EntryInfo:
-    """One entry by name; KeyError when there is no such entry."""
+    """One entry by name; EntryNotFound (a KeyError) when there is no such entry."""
     key = ensure_conf(app).keys.entry(name)
     fields, score, static = store_for(app).entry_record(key, name)
     if not fields:
-        raise KeyError(name)
+        raise EntryNotFound(name)
     return entry_info(app, key, score, fields, {name} if static else set())
 
 
@@ -255,7 +255,7 @@ def set_enabled(app: Celery, name: str, enabled: bool, changed_by: str = "python
 
 
 def delete_entry(app: Celery, name: str) -> None:
-    get_entry(app, name)  # KeyError when missing
+    get_entry(app, name)  # EntryNotFound when missing
     store = store_for(app)
     config = ensure_conf(app)
     store.delete(config.keys.entry(name))
@@ -465,7 +465,7 @@ def status(app: Celery, now: float | None = None, upcoming: int = 5) -> Status:
 
 
 __all__ = [
-    "EntryInfo", "ImportPlan", "Selection", "delete_entry", "due_entries", "entry_info",
-    "export_entries", "get_entry", "import_entries", "iter_entries", "list_entries", "run_now",
-    "select_entries", "set_enabled", "status",
+    "EntryInfo", "EntryNotFound", "ImportPlan", "InvalidEntry", "Selection", "delete_entry",
+    "due_entries", "entry_info", "export_entries", "get_entry", "import_entries",
+    "iter_entries", "list_entries", "run_now", "select_entries", "set_enabled", "status",
 ]

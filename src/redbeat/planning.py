@@ -71,8 +71,8 @@ class Plan:
 
 
 @dataclass(frozen=True)
-class Policy:
-    """The settings a plan depends on."""
+class TickSettings:
+    """The settings a tick's plan depends on, taken from the config once per tick."""
 
     node: str
     deterministic_task_ids: bool = True
@@ -115,7 +115,7 @@ def quarantine_reason(reason: str, now: datetime, node: str) -> str:
 
 
 def plan_row(
-    app: Celery, row: Row, now: datetime, policy: Policy, plan: Plan,
+    app: Celery, row: Row, now: datetime, policy: TickSettings, plan: Plan,
     entry_class: type[RedBeatSchedulerEntry] = RedBeatSchedulerEntry,
     keys: KeyLayout | None = None,
 ) -> None:
@@ -158,7 +158,7 @@ def plan_row(
 
 
 def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: NextRun,
-           now: datetime, policy: Policy, plan: Plan) -> None:
+           now: datetime, policy: TickSettings, plan: Plan) -> None:
     """Claim the slots of a due entry: coalesced or one by one, minus those too late."""
     due = run.due
     slots, dropped = rules.missed(entry.schedule, due, now)
@@ -198,7 +198,7 @@ def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: Next
 
 
 def plan_batch(
-    app: Celery, rows: list[Row], now: datetime, policy: Policy,
+    app: Celery, rows: list[Row], now: datetime, policy: TickSettings,
     entry_class: type[RedBeatSchedulerEntry] = RedBeatSchedulerEntry,
 ) -> Plan:
     plan = Plan(now.isoformat())

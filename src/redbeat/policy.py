@@ -64,10 +64,6 @@ class EntryPolicy:
         if self.start_time and self.end_time and utc(self.end_time) <= utc(self.start_time):
             raise ValueError("policy 'end_time' must be after 'start_time'")
 
-    @property
-    def is_default(self) -> bool:
-        return self == EntryPolicy()
-
     def to_json(self) -> str | None:
         """The ``policy`` field, or None when every value is the default."""
         changed = {name: value for name, value in asdict(self).items()

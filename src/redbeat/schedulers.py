@@ -51,7 +51,7 @@ from .planning import (
     Claim,
     PendingMessage,
     Plan,
-    Policy,
+    TickSettings,
     held_grace,
     plan_batch,
     printable,
@@ -236,7 +236,7 @@ class RedBeatScheduler(Scheduler):
             if not is_auth_error(exc):  # a refused password is logged as such, by the outage
                 logger.error("beat: Redis at %s unreachable at start (%s); will keep trying",
                              redact(self.config.redis_url), exc)
-            self.store.policy.outage.failed(exc, quiet=not is_auth_error(exc))
+            self.store.retry.outage.failed(exc, quiet=not is_auth_error(exc))
             self._redis_down = True  # checked, and "Redis is back" logged, when it answers
             return
         if not self._lock_key:
@@ -390,7 +390,7 @@ class RedBeatScheduler(Scheduler):
         if self.per_entry:
             self.store.confirm(confirmed, misfires)
             return self._tick_per_entry(fetch, lease, now)
-        policy = Policy(
+        policy = TickSettings(
             node=self.node_id,
             deterministic_task_ids=self.config.deterministic_task_ids,
             at_least_once=self.config.delivery == AT_LEAST_ONCE,
@@ -540,7 +540,7 @@ class RedBeatScheduler(Scheduler):
             logger.error("beat: Redis unavailable (%s); standing by until it returns", exc)
         # counted in the outage, which logs it again at growing intervals (and a refused
         # password as the configuration error it is), never once per tick
-        self.store.policy.outage.failed(exc, quiet=not is_auth_error(exc))
+        self.store.retry.outage.failed(exc, quiet=not is_auth_error(exc))
         self._redis_down = True
         # Whoever holds the lock when Redis returns is re-checked by the next tick.
         self.leading = False

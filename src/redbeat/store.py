@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from redis.exceptions import RedisError
 
@@ -49,9 +49,13 @@ def load_script(name: str) -> str:
     return _lua("prelude") + _lua(name)
 
 
+#: What tick.lua found: this node leads, just took the lock, or another node leads.
+FetchStatus = Literal["leader", "acquired", "standby"]
+
+
 @dataclass
 class Fetch:
-    status: str  # 'leader', 'acquired' or 'standby'
+    status: FetchStatus
     holder: str | None = None
     holder_ttl_ms: int | None = None
     next_score: float | None = None
@@ -90,7 +94,7 @@ def has_hash_tag(prefix: str) -> bool:
 
 
 class ScheduleStore:
-    def __init__(self, client: Any, keys: KeyLayout, policy: RetryPolicy | None = None) -> None:
+    def __init__(self, client: Any, keys: KeyLayout, retry: RetryPolicy | None = None) -> None:
         from redis.cluster import RedisCluster
 
         self.cluster = isinstance(client, RedisCluster)
@@ -103,7 +107,7 @@ class ScheduleStore:
             )
         self.client = client
         self.keys = keys
-        self.policy = policy or RetryPolicy()
+        self.retry = retry or RetryPolicy()
         self._scripts = {
             name: client.register_script(load_script(name))
             for name in ("tick", "commit", "confirm", "hold", "read_statics", "sync_statics",
@@ -112,7 +116,7 @@ class ScheduleStore:
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         script = self._scripts[name]
-        return self.policy.call(lambda: script(keys=list(keys), args=list(args)))
+        return self.retry.call(lambda: script(keys=list(keys), args=list(args)))
 
     def preload(self) -> dict[str, str]:
         """Load every script and read the eviction policy, in one round trip.
@@ -131,7 +135,7 @@ class ScheduleStore:
                     pipe.script_load(script.script)
                 pipe.config_get("maxmemory-policy")
                 return pipe.execute(raise_on_error=False)
-        reply = self.policy.call(load)
+        reply = self.retry.call(load)
         for script, sha in zip(self._scripts.values(), reply, strict=False):
             if isinstance(sha, str):
                 script.sha = sha
@@ -139,7 +143,7 @@ class ScheduleStore:
         return config if isinstance(config, dict) else {}
 
     def forget_node(self, node_id: str) -> None:
-        self.policy.call(lambda: self.client.hdel(self.keys.nodes, node_id))
+        self.retry.call(lambda: self.client.hdel(self.keys.nodes, node_id))
 
     def forget_nodes_older_than(self, cutoff: float) -> None:
         """Drop heartbeats (``"<role> <epoch seconds>"``) older than ``cutoff``; one that
@@ -153,10 +157,10 @@ class ScheduleStore:
             if not seen >= cutoff:  # NaN counts as stale
                 stale.append(node)
         if stale:
-            self.policy.call(lambda: self.client.hdel(self.keys.nodes, *stale))
+            self.retry.call(lambda: self.client.hdel(self.keys.nodes, *stale))
 
     def nodes(self) -> dict[str, str]:
-        return self.policy.call(lambda: self.client.hgetall(self.keys.nodes))
+        return self.retry.call(lambda: self.client.hgetall(self.keys.nodes))
 
     # -- the tick: fetch, commit, confirm ---------------------------------------------
 
@@ -220,7 +224,7 @@ class ScheduleStore:
         """The newest ``limit`` entries with a recorded failure: key, ``failures`` field and
         ``meta``, in two round trips whatever the size of the failing set."""
         # ZRANGE on negative indexes, not ZREVRANGE, which the documented ACL user lacks
-        members = list(reversed(self.policy.call(
+        members = list(reversed(self.retry.call(
             lambda: self.client.zrange(self.keys.failing, -limit, -1))))
         if not members:
             return []
@@ -259,7 +263,7 @@ class ScheduleStore:
 
     def take_lock(self, lock_key: str, token: str, lock_timeout_ms: int) -> bool:
         """Set the lock to ``token`` if nobody holds it."""
-        return bool(self.policy.call(
+        return bool(self.retry.call(
             lambda: self.client.set(lock_key, token, nx=True, px=lock_timeout_ms)))
 
     def extend_lock(self, lock_key: str, token: str, lock_timeout_ms: int) -> bool:
@@ -290,7 +294,7 @@ class ScheduleStore:
                 pipe.get(key)
                 pipe.pttl(key)
                 return pipe.execute()
-        holder, ttl = self.policy.call(read)
+        holder, ttl = self.retry.call(read)
         return holder, int(ttl)
 
     # -- statics -------------------------------------------------------------------------
@@ -321,11 +325,9 @@ class ScheduleStore:
 
     def load(self, key: str) -> tuple[str | None, str | None, str | None]:
         """An entry's definition, meta and policy."""
-        return tuple(self.policy.call(
+        return tuple(self.retry.call(
             lambda: self.client.hmget(key, DEFINITION, META, POLICY)))
 
-    def load_full(self, key: str) -> dict[str, str]:
-        return self.policy.call(lambda: self.client.hgetall(key))
 
     def save(self, key: str, definition: str, meta: str, score: float, changed: str,
              policy: str | None = None) -> None:
@@ -342,7 +344,7 @@ class ScheduleStore:
                 pipe.hdel(key, QUARANTINE)
                 pipe.zadd(self.keys.schedule, {key: score})
                 pipe.execute()
-        self.policy.call(write)
+        self.retry.call(write)
 
     def write_meta(self, key: str, meta: str, score: float) -> None:
         def write() -> None:
@@ -350,10 +352,8 @@ class ScheduleStore:
                 pipe.hset(key, META, meta)
                 pipe.zadd(self.keys.schedule, {key: score})
                 pipe.execute()
-        self.policy.call(write)
+        self.retry.call(write)
 
-    def set_score(self, key: str, score: float) -> None:
-        self.policy.call(lambda: self.client.zadd(self.keys.schedule, {key: score}))
 
     def delete(self, key: str) -> None:
         def write() -> None:
@@ -361,7 +361,7 @@ class ScheduleStore:
                 pipe.zrem(self.keys.schedule, key)
                 pipe.delete(key)
                 pipe.execute()
-        self.policy.call(write)
+        self.retry.call(write)
 
     def due_keys(self, now: float, limit: int) -> list[str]:
         """Keys due at ``now`` (at most ``limit``), then the one due next."""
@@ -371,10 +371,8 @@ class ScheduleStore:
         return [*due, *upcoming]
 
     def rank(self, key: str) -> int | None:
-        return self.policy.call(lambda: self.client.zrank(self.keys.schedule, key))
+        return self.retry.call(lambda: self.client.zrank(self.keys.schedule, key))
 
-    def score(self, key: str) -> float | None:
-        return self.policy.call(lambda: self.client.zscore(self.keys.schedule, key))
 
 
     # -- the operator API (redbeat.manage, the CLI) ---------------------------------------
@@ -387,22 +385,22 @@ class ScheduleStore:
             with self.client.pipeline(transaction=transaction) as pipe:
                 build(pipe)
                 return pipe.execute(raise_on_error=raise_on_error)
-        return self.policy.call(run)
+        return self.retry.call(run)
 
     def static_names(self) -> set[str]:
-        return set(self.policy.call(lambda: self.client.smembers(self.keys.statics)))
+        return set(self.retry.call(lambda: self.client.smembers(self.keys.statics)))
 
     def record_statics(self, names: Iterable[str]) -> None:
         names = list(names)
         if names:
-            self.policy.call(lambda: self.client.sadd(self.keys.statics, *names))
+            self.retry.call(lambda: self.client.sadd(self.keys.statics, *names))
 
     def forget_static(self, name: str) -> None:
-        self.policy.call(lambda: self.client.srem(self.keys.statics, name))
+        self.retry.call(lambda: self.client.srem(self.keys.statics, name))
 
     def page(self, start: int, count: int) -> list[tuple[str, float, dict[str, str]]]:
         """Members ``start`` .. ``start + count - 1`` in due order, each with its hash."""
-        members = self.policy.call(lambda: self.client.zrange(
+        members = self.retry.call(lambda: self.client.zrange(
             self.keys.schedule, start, start + count - 1, withscores=True))
         return self.with_hashes(members)
 
@@ -419,15 +417,15 @@ class ScheduleStore:
         """Members in due order without their hashes: the scheduled ones (score 0 and
         up), or the parked ones (disabled, finished, quarantined: score below 0)."""
         low, high = ("-inf", "(0") if parked else (0, "+inf")
-        return self.policy.call(lambda: self.client.zrangebyscore(
+        return self.retry.call(lambda: self.client.zrangebyscore(
             self.keys.schedule, low, high, start=start, num=count, withscores=True))
 
     def count_scheduled(self) -> int:
-        return int(self.policy.call(lambda: self.client.zcount(self.keys.schedule, 0, "+inf")))
+        return int(self.retry.call(lambda: self.client.zcount(self.keys.schedule, 0, "+inf")))
 
     def all_members(self) -> list[tuple[str, float]]:
         """Every member and score, no hash: what sorting by name needs."""
-        return self.policy.call(lambda: self.client.zrange(self.keys.schedule, 0, -1,
+        return self.retry.call(lambda: self.client.zrange(self.keys.schedule, 0, -1,
                                                            withscores=True))
 
     def entry_record(self, key: str, name: str) -> tuple[dict[str, str], float | None, bool]:
@@ -439,7 +437,7 @@ class ScheduleStore:
 
     def due_rows(self, now: float, limit: int) -> list[tuple[str, str | None, str | None]]:
         """Key, definition and meta of up to ``limit`` entries due at ``now``."""
-        keys = self.policy.call(lambda: self.client.zrangebyscore(
+        keys = self.retry.call(lambda: self.client.zrangebyscore(
             self.keys.schedule, 0, now, start=0, num=limit))
         if not keys:
             return []
@@ -505,7 +503,7 @@ class ScheduleStore:
         """Members of ``index`` from rank ``start`` to ``stop`` (inclusive), with scores."""
         if stop < start:
             return []
-        return self.policy.call(
+        return self.retry.call(
             lambda: self.client.zrange(index, start, stop, withscores=True))
 
     def view_rows(self, keys: Sequence[str]) -> list[tuple[dict[str, str], float | None, bool]]:
@@ -526,7 +524,7 @@ class ScheduleStore:
     def view_age(self, index: str, lifetime: int) -> float | None:
         """Seconds since the view ``index`` was built (it is built to expire after
         ``lifetime`` seconds); None when there is none."""
-        ttl = self.policy.call(lambda: self.client.pttl(index))
+        ttl = self.retry.call(lambda: self.client.pttl(index))
         return None if ttl < 0 else lifetime - ttl / 1000
 
     def build_name_view(self, lifetime: int) -> None:
@@ -546,7 +544,7 @@ class ScheduleStore:
         never see half a view. The one read here that grows with the schedule: the
         caller rebuilds it at most every few seconds, never per page."""
         scratch = f"{self.keys.view_by_last_run}:building"
-        self.policy.call(lambda: self.client.delete(scratch))
+        self.retry.call(lambda: self.client.delete(scratch))
         start = 0
         while rows := json.loads(self._run("view_metas", [self.keys.schedule],
                                            [start, start + chunk - 1])):
@@ -554,13 +552,13 @@ class ScheduleStore:
             start += chunk
         target = self.keys.view_by_last_run
         if start == 0:
-            self.policy.call(lambda: self.client.delete(target))
+            self.retry.call(lambda: self.client.delete(target))
             return
         self._pipelined(lambda pipe: (pipe.rename(scratch, target),
                                       pipe.expire(target, lifetime)), transaction=True)
 
     def _add(self, index: str, scores: dict[str, float]) -> None:
-        self.policy.call(lambda: self.client.zadd(index, scores))
+        self.retry.call(lambda: self.client.zadd(index, scores))
 
     def due_counts(self, edges: Sequence[float]) -> list[int]:
         """How many schedule members score in each ``[edges[i], edges[i+1])``; one round
