@@ -64,6 +64,9 @@ def test_statics_are_refused_without_force_and_come_back_as_the_message_says(red
         assert BACK in refused.stderr and "--force" in refused.stderr
         assert definition(redis_server, "nightly")["task"] == "tasks.nightly"
         assert definition(redis_server, "nightly")["schedule"]["every"] == 3600
+    dry = redbeat(url, "import", str(export), "--dry-run")
+    assert dry.returncode == 0 and "would update 1" in dry.stdout
+    assert "warning: 'nightly' is a static entry" in dry.stderr and "--force" in dry.stderr
     forced = redbeat(url, "delete", "nightly", "--force")
     assert forced.returncode == 0 and "deleted nightly" in forced.stdout
     assert "warning: 'nightly' is a static entry" in forced.stderr and BACK in forced.stderr

@@ -594,15 +594,19 @@ class Refused(Exception):
     """A change the CLI makes only with ``--force`` (exit 7)."""
 
 
-def _guard_statics(ctx: click.Context, names: list[str], force: bool) -> None:
+def _guard_statics(ctx: click.Context, names: list[str], force: bool,
+                   dry_run: bool = False) -> None:
     """Refuse (or, with ``--force``, warn about) changing static entries: a leader
     writes them back. The app's ``beat_schedule`` counts only for the app's own
-    schedule, not another ``--url`` or ``--prefix``."""
+    schedule, not another ``--url`` or ``--prefix``. A dry run only warns."""
     session = _session(ctx)
     own = session.celery_app is not None and not session.url and not session.prefix
     configured = session.celery_app.conf.beat_schedule if own and session.celery_app else None
     statics = guards.statics_among(names, store_for(_app(ctx)).static_names(), configured)
     if not statics:
+        return
+    if dry_run and not force:
+        click.echo("warning: " + guards.static_message(statics, forced=False), err=True)
         return
     if not force:
         raise Refused(guards.static_message(statics, forced=False))
@@ -782,7 +786,7 @@ def import_command(ctx: click.Context, source: Any, dry_run: bool, prune: bool, 
         raise ValueError(f"{source.name} is not a redbeat export")
     plan = manage.import_entries(
         _app(ctx), document, dry_run=dry_run, prune=prune,
-        before_write=None if dry_run else lambda plan: _guard_statics(ctx, plan.changed, force))
+        before_write=lambda plan: _guard_statics(ctx, plan.changed, force, dry_run))
     would = "would " if dry_run else ""
     click.echo(f"{would}create {len(plan.created)}, {would}update {len(plan.updated)}, "
                f"unchanged {len(plan.unchanged)}, {would}prune {len(plan.pruned)}"

@@ -187,6 +187,8 @@ def select_entries(app: Celery, sort: str = "next", offset: int = 0, limit: int 
         for chunk in _chunks(members, size):
             if name_matches is not None:
                 chunk = [m for m in chunk if name_matches(keys.name_of(m[0]))]
+            if keep is None and wanted is not None:
+                chunk = chunk[:wanted - len(matched)]  # every one read is kept: no more
             for key, score, fields in store.with_hashes(chunk):
                 if not fields and score == PARKED_SCORE:
                     continue  # a finished entry whose ttl ran out
