@@ -482,29 +482,6 @@ def test_sleep_honours_a_score_corrected_in_this_tick(app):
     assert scheduler.tick() == pytest.approx(0.4, abs=0.01)
 
 
-def test_history_keeps_the_newest_records_first_and_bounded(redis_server):
-    from redbeat.manage import get_entry
-
-    app = make_app(redis_server.url, redbeat_history_length=3)
-    clock = Clock()
-    entry = RedBeatSchedulerEntry("every-10", "tasks.x", 10.0, app=app, last_run_at=at(-10))
-    entry.save()
-    get_redis(app).hset(entry.key, "history:1", "not json")  # advisory: skipped, not fatal
-    scheduler = leader(app, clock)
-    for step in range(5):
-        clock.now = T0 + 10 * step
-        scheduler.tick()
-    fields = get_redis(app).hkeys(entry.key)
-    assert sorted(name for name in fields if name.startswith("history")) == \
-        ["history:0", "history:1", "history:2"]  # a ring: one field per record kept
-    history = get_entry(app, "every-10").history
-    assert [record["task_id"] for record in history] == \
-        [task_id for _, task_id in reversed(scheduler.sent)][:3]
-    assert history[0] == {"task_id": f"every-10:{round((T0 + 40) * 1000)}",
-                          "due": at(40).isoformat(), "claimed_at": at(40).isoformat(),
-                          "node": scheduler.node_id}
-
-
 class BrokerDown(Recording):
     def apply_async(self, entry, producer=None, advance=True, **kwargs):
         raise ConnectionRefusedError("broker down")

@@ -49,9 +49,12 @@ class Op(NamedTuple):
     fields: tuple[tuple[str, str], ...] = ()
     slots: tuple[tuple[str, str], ...] = ()  # (task id, due epoch seconds) to keep pending
     expire: int = 0
+    #: (task id, due epoch milliseconds) of each claimed slot, for the history stream
+    records: tuple[tuple[str, str], ...] = ()
 
     def as_json(self) -> list[Any]:
         """The operation as commit.lua reads it (see its header)."""
         return [self.kind, self.key, self.fingerprint, repr(self.score), self.expire,
                 [text for pair in self.fields for text in pair],
-                [text for pair in self.slots for text in pair]]
+                [text for pair in self.slots for text in pair],
+                [text for pair in self.records for text in pair]]

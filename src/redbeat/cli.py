@@ -447,9 +447,12 @@ def _change_words(raw: str | None, zone: tzinfo) -> str:
         return "-"
     try:
         record = json.loads(raw)
-        return (f"{_when(datetime.fromisoformat(record['at']), zone)} by {record.get('by')} "
-                f"on {record.get('node')}")
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        at = record["at"]  # epoch milliseconds; ISO 8601 from earlier releases
+        moment = (datetime.fromisoformat(at) if isinstance(at, str)
+                  else datetime.fromtimestamp(at / 1000, tz=timezone.utc))
+        return f"{_when(moment, zone)} by {record.get('by')} on {record.get('node')}"
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError, OverflowError,
+            OSError):
         return raw
 
 

@@ -12,9 +12,10 @@ import json
 import os
 import re
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import fields, replace
-from datetime import datetime, timezone
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
@@ -80,7 +81,8 @@ def store_for(app: Celery) -> ScheduleStore:
     if store is None:
         config = ensure_conf(app)
         retry = RetryPolicy(config.redis_options.get("retry_period"))
-        store = ScheduleStore(unwrapped(get_redis(app)), config.keys, retry)
+        store = ScheduleStore(unwrapped(get_redis(app)), config.keys, retry,
+                              config.history_records)
         setattr(app, STORE_ATTRIBUTE, store)
     return store
 
@@ -132,9 +134,9 @@ def meta_json(last_run_at: datetime | None, total_run_count: int | None = None) 
 
 
 def changed_json(by: str) -> str:
-    return json.dumps({
-        "at": datetime.now(timezone.utc).isoformat(), "by": by, "node": node_name(),
-    })
+    """The entry's ``changed`` field: when (epoch milliseconds), by what, from which
+    process. Kept short: every entry carries one."""
+    return json.dumps({"at": round(time.time() * 1000), "by": by, "node": node_name()})
 
 
 class RedBeatSchedulerEntry(ScheduleEntry):

@@ -17,24 +17,16 @@ from functools import cached_property
 DEFINITION = "definition"
 META = "meta"
 QUARANTINE = "quarantine"
-#: Dispatch records live in a ring of fields ``history:0`` .. ``history:<n-1>`` (n is
-#: ``redbeat_history_length``): each dispatch overwrites one slot of the ring, chosen by
-#: the run count, so recording it is one more field in the write that reschedules the
-#: entry, never a read of the old history (rewriting a JSON array per dispatch costs
-#: Redis more than the rest of the tick's writes).
-HISTORY_PREFIX = "history:"
+#: Dispatch records of releases before the fleet-wide history stream: a ring of fields
+#: ``history:0`` .. ``history:<n-1>`` in each entry hash. Still read (``redbeat show``),
+#: never written; commit.lua deletes them when it next records a run of the entry.
+LEGACY_HISTORY_PREFIX = "history:"
 CHANGED = "changed"
 POLICY = "policy"
 MISFIRES = "misfires"
 #: Dispatches Celery or the broker refused (see lua/failure.lua): a count, the last
 #: one and a few recent ones, each with its reason and time.
 FAILURES = "failures"
-
-
-
-def history_field(run_number: int, history_length: int) -> str:
-    """The ring slot of the run with this number (counted from 0)."""
-    return f"{HISTORY_PREFIX}{run_number % history_length}"
 
 
 #: A schedule-set score that no tick ever selects (ticks read from score 0 up).
@@ -74,6 +66,15 @@ class KeyLayout:
         return f"{self.prefix}:failing"
 
     @property
+    def history(self) -> str:
+        """Stream of dispatch records of the whole schedule (entry key, task id, due
+        time, node), capped at ``redbeat_history_stream_length`` records: a dispatch is
+        one record appended by the commit that claims it, so history costs a bounded
+        amount in all and nothing per entry (a ring of fields in every entry hash cost
+        about 1.5 KB an entry)."""
+        return f"{self.prefix}:history"
+
+    @property
     def nodes(self) -> str:
         """Hash of scheduler heartbeats: node id -> "<role> <epoch seconds>"."""
         return f"{self.prefix}:nodes"
@@ -104,7 +105,7 @@ class KeyLayout:
         (an entry ``:lock`` would turn the lock into a hash no node can ever take)."""
         return frozenset({self.schedule, self.statics, self.pending, self.held_definitions,
                           self.nodes, self.lock, self.failing, self.view_by_name,
-                          self.view_by_last_run})
+                          self.view_by_last_run, self.history})
 
     def is_entry_key(self, key: str) -> bool:
         """Whether ``key`` can hold an entry of this schedule: under the prefix and not

@@ -41,6 +41,12 @@ class Holder:
             return cls(token, parts[0], int(parts[1]))
         return cls(token)  # a token written by celery-redbeat 2.4.2: no host, no pid
 
+    @property
+    def process(self) -> str:
+        """``<host>:<pid>``, the token without its random part (the whole token when it
+        has no host): how dispatch records name a node, in a few bytes."""
+        return self.token if self.host is None else f"{self.host}:{self.pid}"
+
     def __str__(self) -> str:
         if self.host is None:
             return f"token {self.token}"

@@ -18,12 +18,19 @@ from typing import Any
 from celery import Celery
 
 from . import legacy
-from .entry import EntryNotFound, InvalidEntry, RedBeatSchedulerEntry, node_name, store_for
+from .entry import (
+    EntryNotFound,
+    InvalidEntry,
+    RedBeatSchedulerEntry,
+    changed_json,
+    node_name,
+    store_for,
+)
 from .failures import read_failures
 from .keys import (
     CHANGED,
     DEFINITION,
-    HISTORY_PREFIX,
+    LEGACY_HISTORY_PREFIX,
     META,
     PARKED_SCORE,
     POLICY,
@@ -34,6 +41,9 @@ from .settings import ensure_conf
 from .store import Row, ScheduleStore
 
 PAGE = 500
+#: Records of the history stream ``get_entry`` looks through at most for one entry's
+#: dispatches (newest first; the whole stream at its default length).
+HISTORY_SCAN = 100_000
 
 
 @dataclass
@@ -47,6 +57,9 @@ class EntryInfo:
     entry: RedBeatSchedulerEntry | None = None
     error: str | None = None
     static: bool = False
+    #: dispatch records, newest first: ``task_id``, ``due`` and ``claimed_at`` (ISO
+    #: 8601), ``node``. Read by :func:`get_entry` only (from the fleet's history stream
+    #: and an older release's ``history:<i>`` fields); listings leave it empty.
     history: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -100,16 +113,30 @@ def entry_info(app: Celery, key: str, score: float | None, fields: dict[str, str
                                                   fields.get(META), policy=fields.get(POLICY))
     except InvalidEntry as exc:
         info.error = exc.reason
-    info.history = read_history(fields, config.history_length)
     return info
 
 
-def read_history(fields: dict[str, str], history_length: int) -> list[dict[str, Any]]:
-    """The entry's dispatch records, newest first: the ring of ``history:<n>`` fields in
-    order of due time (a record that is not JSON is skipped: history is advisory)."""
+def _iso(epoch_ms: str) -> str:
+    """Epoch milliseconds as ISO 8601 (text that is not a time is returned as it is)."""
+    try:
+        return datetime.fromtimestamp(int(epoch_ms) / 1000, tz=timezone.utc).isoformat()
+    except (ValueError, OverflowError, OSError):
+        return epoch_ms
+
+
+def stream_record(record_id: str, fields: dict[str, str]) -> dict[str, Any]:
+    """A record of the history stream as operators see it: times in ISO 8601, the claim
+    time being the record's id (when the commit that claimed the slot ran)."""
+    return {"task_id": fields.get("task_id"), "due": _iso(fields.get("due_ms") or ""),
+            "claimed_at": _iso(record_id.partition("-")[0]), "node": fields.get("node")}
+
+
+def legacy_history(fields: dict[str, str]) -> list[dict[str, Any]]:
+    """The dispatch records an older release kept in the entry's hash, one per
+    ``history:<i>`` field (a record that is not JSON is skipped: history is advisory)."""
     records = []
     for name, text in fields.items():
-        if not name.startswith(HISTORY_PREFIX):
+        if not name.startswith(LEGACY_HISTORY_PREFIX):
             continue
         try:
             record = json.loads(text)
@@ -117,9 +144,14 @@ def read_history(fields: dict[str, str], history_length: int) -> list[dict[str, 
             continue
         if isinstance(record, dict):
             records.append(record)
-    records.sort(key=lambda record: (str(record.get("due")), str(record.get("claimed_at"))),
-                 reverse=True)
-    return records[:max(history_length, 0)]
+    return records
+
+
+def newest_first(records: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """At most ``limit`` records, highest due time first (then latest claim)."""
+    records = sorted(records, key=lambda record: (str(record.get("due")),
+                                                  str(record.get("claimed_at"))), reverse=True)
+    return records[:max(limit, 0)]
 
 
 def iter_entries(app: Celery, page: int = PAGE) -> Iterator[EntryInfo]:
@@ -236,11 +268,18 @@ def _chunks(items: Iterator[tuple[str, float]], size: int) -> Iterator[list[tupl
 
 def get_entry(app: Celery, name: str) -> EntryInfo:
     """One entry by name; EntryNotFound (a KeyError) when there is no such entry."""
-    key = ensure_conf(app).keys.entry(name)
-    fields, score, static = store_for(app).entry_record(key, name)
+    config = ensure_conf(app)
+    key = config.keys.entry(name)
+    store = store_for(app)
+    fields, score, static = store.entry_record(key, name)
     if not fields:
         raise EntryNotFound(name)
-    return entry_info(app, key, score, fields, {name} if static else set())
+    info = entry_info(app, key, score, fields, {name} if static else set())
+    want = config.history_length
+    found = [stream_record(record_id, record)
+             for record_id, record in store.history(key, want, HISTORY_SCAN)] if want > 0 else []
+    info.history = newest_first(found + legacy_history(fields), want)
+    return info
 
 
 def _loaded(app: Celery, name: str) -> RedBeatSchedulerEntry:
@@ -373,9 +412,8 @@ def import_entries(app: Celery, document: dict[str, Any], dry_run: bool = False,
             plan.unchanged.append(name)
             continue
         (plan.updated if current else plan.created).append(name)
-        changed = json.dumps({"at": datetime.now(timezone.utc).isoformat(),
-                              "by": "import", "node": node_name()})
-        writes += [("hset", (key, DEFINITION, definition)), ("hset", (key, CHANGED, changed))]
+        writes += [("hset", (key, DEFINITION, definition)),
+                   ("hset", (key, CHANGED, changed_json("import")))]
         if meta is not None:
             writes.append(("hset", (key, META, meta)))
         writes.append(("hdel", (key, POLICY)) if policy is None

@@ -23,15 +23,13 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cached_property
-from json.encoder import encode_basestring_ascii
 from typing import NamedTuple
 
 from celery import Celery
 
 from .batch import Op, Row, definition_sha1
 from .entry import InvalidEntry, RedBeatSchedulerEntry, meta_json
-from .keys import META, MISFIRES, PARKED_SCORE, QUARANTINE, KeyLayout, history_field
+from .keys import META, MISFIRES, PARKED_SCORE, QUARANTINE, KeyLayout
 from .nextrun import NextRun, following_run, from_score, next_run, score_of
 from .policy import EntryPolicy, misfire_record
 from .settings import ensure_conf
@@ -45,8 +43,13 @@ def printable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def due_ms(due: datetime) -> str:
+    """A slot's due time in epoch milliseconds: in its task id and its dispatch record."""
+    return str(round(due.timestamp() * 1000))
+
+
 def slot_task_id(name: str, due: datetime) -> str:
-    return f"{name}:{round(due.timestamp() * 1000)}"
+    return f"{name}:{due_ms(due)}"
 
 
 class Claim(NamedTuple):
@@ -59,7 +62,6 @@ class Claim(NamedTuple):
 
 @dataclass
 class Plan:
-    claimed_at: str  # ISO 8601, for the history records of this batch
     ops: list[Op] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)
 
@@ -77,12 +79,9 @@ class TickSettings:
     node: str
     deterministic_task_ids: bool = True
     at_least_once: bool = True
-    history_length: int = 10
+    #: whether claimed slots get a dispatch record in the history stream
+    record_history: bool = True
     misfire_grace_time: float | None = None
-
-    @cached_property
-    def node_json(self) -> str:
-        return str(encode_basestring_ascii(self.node))
 
 
 def pending_message(row: Row, claim: Claim, now: datetime, node: str,
@@ -100,14 +99,6 @@ def pending_message(row: Row, claim: Claim, now: datetime, node: str,
         "due": claim.due.timestamp(), "claimed_at": now.timestamp(), "node": node,
         "reason": reason,
     })
-
-
-def history_record(task_id: str, due: datetime, claimed_at: str, node_json: str) -> str:
-    """One dispatch as the entry's history keeps it (see keys.HISTORY_PREFIX).
-    Written as text, not through json.dumps: this runs for every dispatch, and only the
-    task id can need escaping (the node arrives escaped, the times are ISO 8601)."""
-    return (f'{{"task_id": {encode_basestring_ascii(task_id)}, "due": "{due.isoformat()}", '
-            f'"claimed_at": "{claimed_at}", "node": {node_json}}}')
 
 
 def quarantine_reason(reason: str, now: datetime, node: str) -> str:
@@ -179,21 +170,20 @@ def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: Next
                                   skipped[-1] if skipped else None)
         if misfires:
             fields.append((MISFIRES, misfires))
-    claims, pending = [], []
-    for number, slot in enumerate(runs, entry.total_run_count):
+    claims, pending, records = [], [], []
+    for slot in runs:
         task_id = slot_task_id(entry.name, slot) if policy.deterministic_task_ids \
             else str(uuid.uuid4())
         claims.append(Claim(task_id, entry, slot))
         if policy.at_least_once:
             pending.append((task_id, repr(slot.timestamp())))
-        if policy.history_length > 0:
-            fields.append((history_field(number, policy.history_length),
-                           history_record(task_id, slot, plan.claimed_at, policy.node_json)))
+        if policy.record_history:
+            records.append((task_id, due_ms(slot)))
     following = following_run(entry.schedule, rules, entry.name, slots[-1])
     score = score_of(following)
     expire = int(rules.ttl or 0) if following is None else 0
     plan.ops.append(Op("update", row.key, row.fingerprint, score, tuple(fields),
-                       tuple(pending), expire))
+                       tuple(pending), expire, tuple(records)))
     plan.claims.extend(claims)
 
 
@@ -201,7 +191,7 @@ def plan_batch(
     app: Celery, rows: list[Row], now: datetime, policy: TickSettings,
     entry_class: type[RedBeatSchedulerEntry] = RedBeatSchedulerEntry,
 ) -> Plan:
-    plan = Plan(now.isoformat())
+    plan = Plan()
     keys = ensure_conf(app).keys
     for row in rows:
         try:

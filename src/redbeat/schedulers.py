@@ -394,7 +394,7 @@ class RedBeatScheduler(Scheduler):
             node=self.node_id,
             deterministic_task_ids=self.config.deterministic_task_ids,
             at_least_once=self.config.delivery == AT_LEAST_ONCE,
-            history_length=self.config.history_length,
+            record_history=self.config.history_records > 0,
             misfire_grace_time=self.config.misfire_grace_time,
         )
         plan = plan_batch(self.app, fetch.rows, now, policy, self.Entry)

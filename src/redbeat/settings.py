@@ -36,6 +36,9 @@ DEFAULT_POLL_INTERVAL = 1.0
 LEASE_POLLS = 5
 DEFAULT_BATCH_SIZE = 1000
 DEFAULT_HISTORY_LENGTH = 10
+#: Dispatch records the schedule's history stream keeps (about 100 bytes each): about
+#: 1 MB in all, whatever the number of entries.
+DEFAULT_HISTORY_STREAM_LENGTH = 10_000
 AT_LEAST_ONCE = "at-least-once"
 AT_MOST_ONCE = "at-most-once"
 
@@ -47,7 +50,8 @@ KNOWN_SETTINGS = frozenset({
     "redbeat_key_prefix", "redbeat_lock_key", "redbeat_lock_timeout",
     "redbeat_poll_interval", "redbeat_batch_size", "redbeat_delivery",
     "redbeat_deterministic_task_ids", "redbeat_exit_on_lock_loss",
-    "redbeat_history_length", "redbeat_refuse_evicting_redis",
+    "redbeat_history_length", "redbeat_history_stream_length",
+    "redbeat_refuse_evicting_redis",
     "redbeat_misfire_grace_time", "redbeat_publish_timeout",
     "redbeat_metrics_port", "redbeat_metrics_address",
     "redbeat_web_token", "redbeat_web_user", "redbeat_web_password",
@@ -276,6 +280,8 @@ SETTINGS = (
     Setting("poll_interval", ("redbeat_poll_interval",), _seconds, DEFAULT_POLL_INTERVAL),
     Setting("batch_size", ("redbeat_batch_size",), _batch, DEFAULT_BATCH_SIZE),
     Setting("history_length", ("redbeat_history_length",), _count, DEFAULT_HISTORY_LENGTH),
+    Setting("history_stream_length", ("redbeat_history_stream_length",), _count,
+            DEFAULT_HISTORY_STREAM_LENGTH),
     Setting("misfire_grace_time", ("redbeat_misfire_grace_time",), _grace, None),
     Setting("delivery", ("redbeat_delivery",), _delivery, AT_LEAST_ONCE, True),
     Setting("deterministic_task_ids", ("redbeat_deterministic_task_ids",), _flag, True),
@@ -327,7 +333,10 @@ class RedBeatConfig:
     delivery: str = UNSET
     deterministic_task_ids: bool = UNSET
     exit_on_lock_loss: bool = UNSET
+    #: dispatch records ``show`` lists per entry (0: none are recorded)
     history_length: int = UNSET
+    #: dispatch records kept in all, in the ``<prefix>:history`` stream (0: none)
+    history_stream_length: int = UNSET
     refuse_evicting_redis: bool = UNSET
     misfire_grace_time: float | None = UNSET
     redis_url_is_fallback: bool = UNSET
@@ -434,6 +443,12 @@ class RedBeatConfig:
         return float(timeout)
 
     # -- the 2.4.2 attribute names, kept for code that reads them --------------------
+
+    @property
+    def history_records(self) -> int:
+        """Dispatch records the history stream keeps; 0 (either setting at 0): none are
+        written."""
+        return self.history_stream_length if self.history_length > 0 else 0
 
     @property
     def keys(self) -> KeyLayout:

@@ -32,7 +32,9 @@ from .keys import (
     QUARANTINE,
     KeyLayout,
 )
+from .lock import Holder
 from .retry import RetryPolicy
+from .settings import DEFAULT_HISTORY_STREAM_LENGTH
 
 if TYPE_CHECKING:
     from .lock import Lease
@@ -94,7 +96,8 @@ def has_hash_tag(prefix: str) -> bool:
 
 
 class ScheduleStore:
-    def __init__(self, client: Any, keys: KeyLayout, retry: RetryPolicy | None = None) -> None:
+    def __init__(self, client: Any, keys: KeyLayout, retry: RetryPolicy | None = None,
+                 history_length: int = DEFAULT_HISTORY_STREAM_LENGTH) -> None:
         from redis.cluster import RedisCluster
 
         self.cluster = isinstance(client, RedisCluster)
@@ -108,6 +111,8 @@ class ScheduleStore:
         self.client = client
         self.keys = keys
         self.retry = retry or RetryPolicy()
+        #: records the history stream keeps (commit.lua trims it to about this many)
+        self.history_length = history_length
         self._scripts = {
             name: client.register_script(load_script(name))
             for name in ("tick", "commit", "confirm", "hold", "read_statics", "sync_statics",
@@ -197,14 +202,16 @@ class ScheduleStore:
                claimed_at: float) -> set[str]:
         """Apply ``ops`` atomically if this node holds the lock; raises LockLost otherwise.
         Returns the keys whose update was skipped (edited since the read).
-        ``node`` and ``claimed_at`` go into the pending messages commit.lua writes."""
+        ``node`` and ``claimed_at`` go into the pending messages commit.lua writes; the
+        dispatch records name the node by its ``<host>:<pid>`` only."""
         # ensure_ascii=False: text that was not UTF-8 (kept as surrogates) goes back as
         # the bytes it was read as, which cjson passes through unchanged
         operations = json.dumps([op.as_json() for op in ops], ensure_ascii=False)
         lock_key, token, timeout_ms = self._lease_args(lease)
         reply = self._run("commit", [self.keys.schedule, lock_key, self.keys.pending,
-                                     self.keys.held_definitions],
-                          [token, timeout_ms, repr(claimed_at), node, operations])
+                                     self.keys.held_definitions, self.keys.history],
+                          [token, timeout_ms, repr(claimed_at), node, operations,
+                           self.history_length, Holder.parse(node).process])
         if reply[0] == "lost":
             raise LockLost(reply[1])
         return set(reply[2])
@@ -434,6 +441,31 @@ class ScheduleStore:
             pipe.hgetall(key), pipe.zscore(self.keys.schedule, key),
             pipe.sismember(self.keys.statics, name)))
         return fields, score, bool(static)
+
+    def history(self, key: str, want: int, scan: int,
+                page: int = 1000) -> list[tuple[str, dict[str, str]]]:
+        """The newest ``want`` records of the entry at ``key`` in the history stream, newest
+        first, as (record id, fields): the stream read backwards a page at a time (one
+        round trip each), through at most ``scan`` records."""
+        def read_page(first: str, count: int) -> list[tuple[str, dict[str, str]]]:
+            return self.retry.call(
+                lambda: self.client.xrevrange(self.keys.history, first, "-", count=count))
+
+        found: list[tuple[str, dict[str, str]]] = []
+        start, read = "+", 0
+        while len(found) < want and read < scan:
+            count = min(page, scan - read)
+            # from the last id read, inclusive ('(' needs Redis 6.2): it is skipped below
+            batch = read_page(start, count + (start != "+"))
+            if start != "+" and batch and batch[0][0] == start:
+                batch = batch[1:]
+            read += len(batch)
+            found += [(record_id, fields) for record_id, fields in batch
+                      if fields.get("key") == key]
+            if len(batch) < count:
+                break  # the oldest record
+            start = batch[-1][0]
+        return found[:want]
 
     def due_rows(self, now: float, limit: int) -> list[tuple[str, str | None, str | None]]:
         """Key, definition and meta of up to ``limit`` entries due at ``now``."""

@@ -501,7 +501,7 @@ SCHEDULER_COMMANDS = (
     "+get +set +pexpire +pttl +expire +del +exists +type "
     "+zrangebyscore +zadd +zrem +zrange +zscore +zrank +zcard +zcount "
     "+hmget +hget +hset +hsetnx +hdel +hgetall +hscan +hlen "
-    "+smembers +sadd +srem +sismember"
+    "+smembers +sadd +srem +sismember +xadd +xtrim +xrevrange"
 )
 
 

@@ -8,6 +8,9 @@
 -- KEYS[3] - pending hash
 -- KEYS[4] - held definitions hash (sha1 of a definition -> its text, and
 --           '<sha1>:refs' -> how many pending records name it)
+-- KEYS[5] - history stream: one dispatch record per claimed slot (key, task_id,
+--           due_ms, node; the record's id is the claim time), trimmed to about ARGV[6]
+--           records in all
 -- ARGV[1] - lock token of this node; '' when locking is disabled
 -- ARGV[2] - lock timeout, milliseconds
 -- ARGV[3] - claimed at, epoch seconds, and ARGV[4] - this node's name: both go into
@@ -15,13 +18,17 @@
 -- ARGV[5] - the operations, one JSON array (cjson decodes it in C; thousands of
 --           separate arguments cost the client more to send than the script to run):
 --   [[kind, key, fingerprint, score, expire_seconds, [field, value, ...],
---     [task_id, due, ...]], ...]
+--     [task_id, due, ...], [task_id, due_ms, ...]], ...]
 --   score and due are decimal strings, so no digit is lost to Lua's number formatting
+-- ARGV[6] - records the history stream keeps (0: none written), ARGV[7] - this node's
+--           name in them (<host>:<pid>)
 --
 -- Operation kinds:
---   'update'     if unchanged: write the fields (new meta, history records, misfires),
---                record the slots as pending (each message names, by its sha1, the
---                definition the slot was claimed from; the text itself is kept once in
+--   'update'     if unchanged: write the fields (new meta, misfires), append a dispatch
+--                record per claimed slot to the history stream, delete the ring of
+--                'history:<i>' fields an older release kept in the hash (when it has
+--                'history:0'), record the slots as pending (each message names, by its
+--                sha1, the definition the slot was claimed from; the text itself is kept once in
 --                the held definitions hash, counted per record, until the last record
 --                naming it is confirmed), clear an earlier quarantine, set the score, and
 --                EXPIRE the hash when expire_seconds > 0 (a finished entry with a
@@ -61,10 +68,41 @@ local function write_fields(key, fields)
   end
 end
 
+-- History is advisory: a record that cannot be written (the key holds another type, an
+-- ACL user without XADD) stops the recording for this commit, never the commit itself.
+local history_length = tonumber(ARGV[6])
+local recording, recorded = history_length > 0, false
+local function record_dispatches(key, records)
+  for r = 1, #records, 2 do
+    if not recording then
+      return
+    end
+    local reply = redis.pcall('XADD', KEYS[5], '*', 'key', key, 'task_id', records[r],
+                              'due_ms', records[r + 1], 'node', ARGV[7])
+    if type(reply) == 'table' and reply.err then
+      recording = false
+    else
+      recorded = true
+    end
+  end
+end
+
+-- An older release's ring of dispatch records in the hash: every 'history:<i>' field.
+-- (HGETALL, not HKEYS: a command the ACL user of docs/deployments.md has; once an entry.)
+local function drop_legacy_history(key)
+  local old, all = {}, redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 8) == 'history:' then
+      old[#old + 1] = all[i]
+    end
+  end
+  flush('HDEL', key, old)
+end
+
 local applied, skipped = 0, {}
 for _, op in ipairs(cjson.decode(ARGV[5])) do
-  local kind, key, fingerprint, score, expire, fields, slots =
-    op[1], op[2], op[3], op[4], op[5], op[6], op[7]
+  local kind, key, fingerprint, score, expire, fields, slots, records =
+    op[1], op[2], op[3], op[4], op[5], op[6], op[7], op[8]
 
   if kind == 'forget' then
     redis.call('ZREM', KEYS[1], key)
@@ -75,7 +113,7 @@ for _, op in ipairs(cjson.decode(ARGV[5])) do
       applied = applied + 1
     end
   else
-    local current = redis.call('HMGET', key, 'definition', 'meta', 'quarantine')
+    local current = redis.call('HMGET', key, 'definition', 'meta', 'quarantine', 'history:0')
     local unchanged = current[1] and
       redis.sha1hex(current[1] .. '\n' .. (current[2] or '')) == fingerprint
     if unchanged or (kind == 'quarantine' and not current[1]) then
@@ -92,8 +130,12 @@ for _, op in ipairs(cjson.decode(ARGV[5])) do
             shas[#shas + 1] = sha
           end
         end
+        record_dispatches(key, records)
         if current[3] then
           redis.call('HDEL', key, 'quarantine')
+        end
+        if current[4] then
+          drop_legacy_history(key)
         end
         if expire > 0 then
           redis.call('EXPIRE', key, expire)
@@ -108,6 +150,9 @@ for _, op in ipairs(cjson.decode(ARGV[5])) do
   end
 end
 flush('ZADD', KEYS[1], scores)
+if recorded then
+  redis.pcall('XTRIM', KEYS[5], 'MAXLEN', '~', history_length)
+end
 
 -- Hold each new slot: its record, and one more reference to its definition (stored
 -- once per distinct text, whatever the number of slots naming it).

@@ -1,0 +1,161 @@
+"""Dispatch history: one capped stream for the whole schedule (``<prefix>:history``),
+read per entry by ``get_entry`` and ``redbeat show``; an entry's hash keeps no record of
+its runs. The ring of ``history:<i>`` fields an older release kept in every hash is
+still shown, and deleted when the entry is next written. Real redis-server."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+
+from click.testing import CliRunner
+
+from conftest import make_app
+from redbeat import RedBeatSchedulerEntry
+from redbeat.cli import main
+from redbeat.lock import Holder
+from redbeat.manage import get_entry
+from redbeat.schedulers import get_redis
+from test_scheduler import T0, Clock, Recording, at, leader
+
+HISTORY = "redbeat::history"
+
+
+def run(scheduler: Recording, clock: Clock, ticks: int, every: float = 10.0) -> None:
+    for step in range(ticks):
+        clock.now = T0 + every * step
+        scheduler.tick()
+
+
+def show(url: str, name: str) -> str:
+    result = CliRunner().invoke(main, ["--url", url, "show", name], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_a_dispatch_is_a_stream_record_and_the_entry_hash_does_not_grow(redis_server):
+    app = make_app(redis_server.url, redbeat_history_length=3)
+    client = get_redis(app)
+    entry = RedBeatSchedulerEntry("every-10", "tasks.x", 10.0, app=app, last_run_at=at(-10))
+    entry.save()
+    clock = Clock()
+    scheduler = leader(app, clock)
+    run(scheduler, clock, 1)
+    after_one = client.memory_usage(entry.key, samples=0)
+    run(scheduler, clock, 20)
+    assert set(client.hkeys(entry.key)) == {"definition", "meta", "changed"}
+    assert client.memory_usage(entry.key, samples=0) <= after_one + 16  # run count digits
+    history = get_entry(app, "every-10").history
+    assert [record["task_id"] for record in history] == \
+        [task_id for _, task_id in reversed(scheduler.sent)][:3]
+    claimed_at = history[0].pop("claimed_at")  # the record's id: Redis's clock, not the test's
+    assert abs(datetime.fromisoformat(claimed_at).timestamp() - time.time()) < 60
+    assert history[0] == {"task_id": f"every-10:{round((T0 + 190) * 1000)}",
+                          "due": at(190).isoformat(),
+                          "node": Holder.parse(scheduler.node_id).process}
+
+
+def test_the_stream_is_capped_whatever_the_number_of_dispatches(redis_server):
+    app = make_app(redis_server.url, redbeat_history_stream_length=100)
+    client = get_redis(app)
+    for i in range(30):
+        RedBeatSchedulerEntry(f"e{i}", "tasks.x", 10.0, app=app, last_run_at=at(-10)).save()
+    clock = Clock()
+    scheduler = leader(app, clock)
+    run(scheduler, clock, 20)
+    assert len(scheduler.sent) == 600
+    # trimmed with MAXLEN ~: whole nodes of the stream (100 records each here) go
+    assert 100 <= client.xlen(HISTORY) <= 200
+    newest = client.xrevrange(HISTORY, count=30)
+    assert {record["task_id"] for _, record in newest} == \
+        {task_id for _, task_id in scheduler.sent[-30:]}
+
+
+def test_show_lists_only_the_entrys_own_dispatches(redis_server):
+    app = make_app(redis_server.url)
+    for name in ("alpha", "beta"):
+        RedBeatSchedulerEntry(name, "tasks.x", 10.0, app=app, last_run_at=at(-10)).save()
+    clock = Clock()
+    scheduler = leader(app, clock)
+    run(scheduler, clock, 4)
+    shown = show(redis_server.url, "alpha")
+    listed = [line.split()[0] for line in
+              shown.split("recent dispatches:\n")[1].split("next runs:")[0].splitlines()]
+    assert listed == [f"alpha:{round((T0 + 10 * step) * 1000)}" for step in (3, 2, 1, 0)]
+    assert "beta" not in shown
+
+
+def test_history_is_not_recorded_when_turned_off(redis_server):
+    app = make_app(redis_server.url, redbeat_history_length=0)
+    RedBeatSchedulerEntry("quiet", "tasks.x", 10.0, app=app, last_run_at=at(-10)).save()
+    clock = Clock()
+    scheduler = leader(app, clock)
+    run(scheduler, clock, 2)
+    assert len(scheduler.sent) == 2 and not get_redis(app).exists(HISTORY)
+    assert get_entry(app, "quiet").history == []
+
+
+class Refusing(Recording):
+    """A task whose arguments Celery refuses, as a TypeError from its signature would."""
+
+    def apply_async(self, entry, producer=None, advance=True, **kwargs):
+        if entry.name == "bad":
+            raise TypeError("strict() takes 1 positional argument but 2 were given")
+        super().apply_async(entry, producer, advance, **kwargs)
+
+
+def test_a_refused_dispatch_shows_its_reason_next_to_its_record(redis_server):
+    app = make_app(redis_server.url)
+    for name in ("bad", "good"):
+        RedBeatSchedulerEntry(name, "tasks.x", 10.0, app=app, last_run_at=at(-10)).save()
+    clock = Clock()
+    scheduler = Refusing(app, clock=clock)
+    scheduler.tick()
+    run(scheduler, clock, 2)
+    shown = show(redis_server.url, "bad")
+    assert f"bad:{round((T0 + 10) * 1000)}" in shown
+    assert shown.count("FAILED: TypeError") == 2, shown
+    assert "failed dispatches: 2" in shown
+    assert "FAILED" not in show(redis_server.url, "good")
+
+
+def legacy_record(name: str, seconds: float) -> str:
+    """One dispatch as releases before the history stream kept it in the entry's hash."""
+    return json.dumps({"task_id": f"{name}:{round((T0 + seconds) * 1000)}",
+                       "due": at(seconds).isoformat(), "claimed_at": at(seconds).isoformat(),
+                       "node": "old-host:4242:0123456789abcdef"})
+
+
+def test_an_older_releases_history_fields_are_shown_then_cleaned_up(redis_server):
+    app = make_app(redis_server.url)
+    client = get_redis(app)
+    entry = RedBeatSchedulerEntry("upgraded", "tasks.x", 10.0, app=app, last_run_at=at(-10))
+    entry.save()
+    ring = {f"history:{i}": legacy_record("upgraded", -10 * (3 - i)) for i in range(3)}
+    client.hset(entry.key, mapping={**ring, "history:7": "not json"})  # advisory: skipped
+    before = get_entry(app, "upgraded").history
+    assert [record["due"] for record in before] == [at(-10).isoformat(), at(-20).isoformat(),
+                                                   at(-30).isoformat()]
+    assert "old-host:4242:0123456789abcdef" in show(redis_server.url, "upgraded")
+    clock = Clock()
+    scheduler = leader(app, clock)
+    run(scheduler, clock, 1)
+    assert set(client.hkeys(entry.key)) == {"definition", "meta", "changed"}
+    after = get_entry(app, "upgraded").history
+    assert [record["task_id"] for record in after] == [f"upgraded:{round(T0 * 1000)}"]
+
+
+def test_a_partial_ring_without_its_first_field_still_shows(redis_server):
+    """A ring an older release started mid-way (a run count carried over from
+    celery-redbeat) may lack ``history:0``: its records stay readable."""
+    app = make_app(redis_server.url)
+    client = get_redis(app)
+    entry = RedBeatSchedulerEntry("partial", "tasks.x", 10.0, app=app, last_run_at=at(-10))
+    entry.save()
+    client.hset(entry.key, "history:4", legacy_record("partial", -10))
+    clock = Clock()
+    scheduler = leader(app, clock)
+    run(scheduler, clock, 1)
+    tasks = [record["task_id"] for record in get_entry(app, "partial").history]
+    assert tasks == [f"partial:{round(T0 * 1000)}", f"partial:{round((T0 - 10) * 1000)}"]
