@@ -152,16 +152,22 @@ def _clean_by_scan(client: redis.Redis, size: int) -> None:
 # -- workers and the floor -----------------------------------------------------------------
 
 
-def run_worker(python: str, scenario: str, url: str, *arguments: object) -> dict[str, Any]:
+def run_worker(python: str, scenario: str, url: str, *arguments: object,
+               script: Path = WORKER, timeout: float = 600,
+               env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run one scenario of ``script`` (worker.py's by default) in a fresh ``python``
+    (with ``env``, else this process's environment); its last line of output is the
+    result, as JSON."""
     result = subprocess.run(
-        [python, str(WORKER), scenario, url, *map(str, arguments)],
+        [python, str(script), scenario, url, *map(str, arguments)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
+        env=env,
     )
     if result.returncode != 0:
         raise RuntimeError(
-            f"{python} worker.py {scenario} {url} {' '.join(map(str, arguments))} failed:\n"
+            f"{python} {script.name} {scenario} {url} {' '.join(map(str, arguments))} failed:\n"
             + result.stderr[-4000:]
         )
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -388,11 +394,23 @@ class Bench:
         self.results["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         (HERE / "results.json").write_text(json.dumps(self.results, indent=1, default=str))
         text = report(self.results, self.args)
-        (HERE / "RESULTS.md").write_text(text)
+        results = HERE / "RESULTS.md"
+        results.write_text(text + kept_section(results))
         print(text)
 
 
 # -- the report ----------------------------------------------------------------------------
+
+#: RESULTS.md's last section, from this line on, is benchmarks/memory.py's: kept when
+#: this benchmark rewrites the rest of the file, and the other way round.
+MEMORY_MARKER = "<!-- the section below is written by benchmarks/memory.py -->"
+
+
+def kept_section(results: Path) -> str:
+    """The memory section of ``results`` (empty when it has none)."""
+    text = results.read_text() if results.exists() else ""
+    at = text.find(MEMORY_MARKER)
+    return "" if at < 0 else "\n" + text[at:]
 
 
 def machine() -> dict[str, str]:
