@@ -15,28 +15,17 @@ import pytest
 
 from conftest import make_app
 from support.redis_server import RedisServer, redis_required, redis_server_binary
-from support.web import ARTIFACTS, CHROMIUM, WebServer, chromium, screenshot, write_entries
+from support.web import (
+    ARTIFACTS,
+    WebServer,
+    browser_available,
+    chromium,
+    screenshot,
+    write_entries,
+)
 
 TOTAL = 100_000
 GROUPS = 10
-
-
-def browser_available() -> None:
-    """Skip without Debian's chromium or Playwright, except in CI, where that fails."""
-    import os
-
-    missing = []
-    if not os.path.exists(CHROMIUM):
-        missing.append(CHROMIUM)
-    try:
-        import playwright  # noqa: F401
-    except ImportError:
-        missing.append("playwright")
-    if missing:
-        message = f"browser tests need {', '.join(missing)}"
-        if redis_required():
-            pytest.fail(message)
-        pytest.skip(message)
 
 
 def dataset(now: float) -> list[tuple[str, str, float, dict[str, Any]]]:
@@ -85,7 +74,7 @@ FIGURES: dict[str, Any] = {}
 @pytest.fixture(scope="module")
 def page(server: WebServer) -> Iterator[Any]:
     with chromium() as browser:
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page = browser.new_page(viewport={"width": 1280, "height": 720})
         yield page
 
 

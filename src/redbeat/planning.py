@@ -64,6 +64,8 @@ class Claim(NamedTuple):
 class Plan:
     ops: list[Op] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)
+    #: slots skipped for being later than their misfire grace (a metric's outcome)
+    skipped: int = 0
 
     def earliest_score(self) -> float | None:
         """The soonest due time this plan writes: an entry whose early score was just
@@ -163,6 +165,7 @@ def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: Next
         logger.info("beat: %s missed slots from %s; one catch-up run for %s",
                     entry.name, due, slots[-1])
     fields = [(META, meta_json(slots[-1], entry.total_run_count + len(runs)))]
+    plan.skipped += len(skipped)
     if skipped or dropped:
         logger.warning("beat: %s: %d slot(s) skipped (past the misfire grace time or the "
                        "catch-up bound)", entry.name, len(skipped) + dropped)

@@ -34,7 +34,7 @@ from kombu.common import ignore_errors
 from kombu.exceptions import OperationalError
 from kombu.utils.objects import cached_property
 
-from . import decoder
+from . import decoder, metrics
 from .connection import CLIENT_ATTRIBUTE, get_redis, redact
 from .entry import (
     InvalidEntry,
@@ -173,6 +173,7 @@ class RedBeatScheduler(Scheduler):
         self._redis_down = False
         self._sweep_at = 0.0
         self._sweep_offset = 0
+        self.metrics = metrics.recorder_for(app, self.config)
         super().__init__(app, **kwargs)
         self._new_lease()
 
@@ -356,6 +357,7 @@ class RedBeatScheduler(Scheduler):
     def poll_interval(self) -> float:
         return min(self.config.poll_interval, float(self.max_interval))
 
+    @metrics.measured_tick
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """One pass; returns the seconds to sleep before the next."""
         # a leader's tick renews the lease first thing: what the publishing thread
@@ -398,6 +400,7 @@ class RedBeatScheduler(Scheduler):
             misfire_grace_time=self.config.misfire_grace_time,
         )
         plan = plan_batch(self.app, fetch.rows, now, policy, self.Entry)
+        self.metrics.dispatched("skipped", plan.skipped)
         claims = plan.claims
         skipped: set[str] = set()
         if plan.ops:
@@ -630,7 +633,9 @@ class RedBeatScheduler(Scheduler):
                     return sent, True
                 extended_at = self._renewed_at = self.monotonic()
             if self._try_send(claim.entry, claim.task_id) is BROKER_DOWN:
+                self.metrics.dispatched("held", len(claims) - len(sent))
                 break
+            self.metrics.late_by(claim.due)
             sent.append(claim.task_id)
         return sent, False
 
@@ -669,10 +674,12 @@ class RedBeatScheduler(Scheduler):
                                "grace time of %g s", printable(task_id),
                                (now - slot.due).total_seconds(), grace)
                 done.append(task_id)
+                self.metrics.dispatched("skipped")
                 if self.config.keys.is_entry_key(key):
                     late[key] = (late.get(key, (0, slot.due))[0] + 1, slot.due)
                 continue
             if broker_down:
+                self.metrics.dispatched("held")
                 continue  # stays held; only the late ones are still dropped
             if slot.reason == "run-now":
                 logger.info("beat: Sending %s now, as asked (%s)", task_id, slot.reason)
@@ -680,8 +687,10 @@ class RedBeatScheduler(Scheduler):
                 logger.warning("beat: Re-sending slot %s (claimed, publish not confirmed)",
                                task_id)
             if self._try_send(slot.entry, task_id) is BROKER_DOWN:
+                self.metrics.dispatched("held")
                 broker_down = True
                 continue
+            self.metrics.late_by(slot.due)
             done.append(task_id)
         return done, [(key, count, last.isoformat()) for key, (count, last) in late.items()]
 
@@ -815,6 +824,7 @@ class RedBeatScheduler(Scheduler):
         slots behind it, so it is logged and dropped."""
         try:
             self.send_slot(entry, task_id)
+            self.metrics.dispatched("sent")
         except Exception as exc:
             cause = exc.__context__ or exc  # Celery wraps the error in SchedulingError
             if isinstance(cause, self._broker_errors):
@@ -827,6 +837,7 @@ class RedBeatScheduler(Scheduler):
                          task_id, entry.name, cause)
             # recorded on the entry, so list/show/status do not count it as a run
             self.store.record_failure(entry.key, task_id, repr(cause), self.node_id)
+            self.metrics.dispatched("failed")
         return SENT
 
     # -- shutdown and introspection ------------------------------------------------------

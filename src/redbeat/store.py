@@ -116,7 +116,8 @@ class ScheduleStore:
         self._scripts = {
             name: client.register_script(load_script(name))
             for name in ("tick", "commit", "confirm", "hold", "read_statics", "sync_statics",
-                         "release", "extend", "sweep", "failure", "view_metas")
+                         "release", "extend", "sweep", "failure", "view_metas",
+                         "count_quarantined")
         }
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -599,6 +600,17 @@ class ScheduleStore:
             pipe.zcount(self.keys.schedule, f"{low!r}", f"({high!r}")
             for low, high in zip(edges[:-1], edges[1:], strict=True)])
         return [int(count) for count in counts]
+
+    def count_quarantined(self, window: int = 5000) -> int:
+        """How many parked entries are quarantined: ``window`` parked members per round
+        trip (count_quarantined.lua), so the metrics never read the entries themselves."""
+        offset, total = 0, 0
+        while True:
+            offset, found = self._run("count_quarantined", [self.keys.schedule],
+                                      [offset, window])
+            total += int(found)
+            if not offset:
+                return total
 
     def held_sample(self, limit: int) -> tuple[int, dict[str, str]]:
         """How many slots are held, and up to about ``limit`` of them (task id ->

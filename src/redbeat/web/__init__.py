@@ -15,6 +15,7 @@ from typing import Any
 from celery import Celery
 from flask import Flask, Response, abort, request, session
 
+from ..metrics import schedule_registry
 from .security import SECURITY_HEADERS, WebSettings, authorized, check_bind, csrf_valid
 
 __all__ = ["WebSettings", "create_app", "serve"]
@@ -39,6 +40,7 @@ def create_app(celery_app: Celery, settings: WebSettings | None = None,
                       SESSION_COOKIE_NAME="redbeat_session", MAX_CONTENT_LENGTH=64 * 1024)
     app.extensions["redbeat"] = views.Context(celery_app, settings,
                                               zone or celery_app.timezone)
+    app.extensions["redbeat.metrics"] = schedule_registry(celery_app)
     app.register_blueprint(views.blueprint)
 
     @app.before_request

@@ -252,7 +252,7 @@ def timeline_page() -> str:
     peak = max((bucket.count for bucket in buckets), default=0)
     scale = (CHART_HEIGHT - 10) / peak if peak else 0
     bars: list[dict[str, Any]] = [
-        {"x": index * BAR_WIDTH, "height": max(round(bucket.count * scale), 1),
+        {"x": index * BAR_WIDTH, "height": max(round(bucket.count * scale), 3),  # visible
              "count": bucket.count,
              "label": browse.minute_label(bucket.start, context.zone),
              "link": "/entries?" + urlencode({"from": repr(bucket.start),
@@ -269,6 +269,16 @@ def timeline_page() -> str:
                                                                      context.zone)}
                for index, bucket in enumerate(buckets) if index % 180 == 0],
     )
+
+
+@blueprint.route("/metrics")
+def metrics_page() -> Response:
+    """The schedule-level gauges (redbeat.metrics.ScheduleCollector), read at each
+    scrape; beat serves its own counters on ``redbeat_metrics_port``."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    registry = current_app.extensions["redbeat.metrics"]
+    return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 
 
 @blueprint.route("/nodes")
