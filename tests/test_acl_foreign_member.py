@@ -17,7 +17,7 @@ import pytest
 from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
 from support.deployments import acl_server, require_programs
-from support.recording import RecordingIds
+from support.recording import Recording
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +28,7 @@ GOOD = {"good-fast": 0.5, "good-1s": 1.0}
 REMOVED_LOG = "is in the schedule but is not a key of this schedule's entries"
 
 
-def run_for(scheduler: RecordingIds, seconds: float) -> int:
+def run_for(scheduler: Recording, seconds: float) -> int:
     ticks, deadline = 0, time.monotonic() + seconds
     while time.monotonic() < deadline:
         ticks += 1
@@ -48,7 +48,7 @@ def test_foreign_and_internal_members_are_removed_untouched_under_an_acl_user(ca
         for name, every in GOOD.items():
             RedBeatSchedulerEntry(name, "tasks.good", every, app=app).save()
         admin.zadd(SCHEDULE, {**FOREIGN, **INTERNAL})
-        scheduler = RecordingIds(app)
+        scheduler = Recording(app)
         try:
             ticks = run_for(scheduler, 6.0)
             leading = scheduler.leading
@@ -63,13 +63,13 @@ def test_foreign_and_internal_members_are_removed_untouched_under_an_acl_user(ca
         nodes_hash = admin.hgetall("redbeat::nodes")
 
     log = caplog.text
-    sent = Counter(task_id.rsplit(":", 1)[0] for task_id in set(scheduler.sent))
+    sent = Counter(task_id.rsplit(":", 1)[0] for task_id in set(scheduler.task_ids))
     removed = {key: log.count(f"{key} {REMOVED_LOG}") for key in {**FOREIGN, **INTERNAL}}
     print(f"\nacl: {ticks} ticks, sent {dict(sent)}, run counts {counts}, removal logs {removed}, "
           f"'Redis unavailable' {log.count('Redis unavailable')}, NOPERM {log.count('NOPERM')}")
     assert leading
     assert "Redis unavailable" not in log and "NOPERM" not in log and "Lost the lock" not in log
-    assert len(scheduler.sent) == len(set(scheduler.sent))  # no slot twice
+    assert len(scheduler.task_ids) == len(set(scheduler.task_ids))  # no slot twice
     for name, every in GOOD.items():
         assert sent[name] >= 0.7 * 6.0 / every, (name, sent)
         assert counts[name] == sent[name], (name, counts, sent)  # no claim left half applied

@@ -17,6 +17,7 @@ from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.cli import main
 from redbeat.schedulers import get_redis
+from support.recording import Recording
 
 
 def json_lines(output: str) -> list[dict]:
@@ -71,19 +72,14 @@ def test_run_now_is_published_by_the_leader_with_its_own_id(run, redis_server):
     app = make_app(redis_server.url)
     RedBeatSchedulerEntry("daily", "tasks.daily", 86400.0, app=app,
                           last_run_at=datetime.now(timezone.utc)).save()
-    sent = []
-
-    class Recording(RedBeatScheduler):
-        def apply_async(self, entry, producer=None, advance=True, **kwargs):
-            sent.append(entry.options["task_id"])
-
     scheduler = Recording(app)
     scheduler.tick()
     scheduler.tick()
-    assert sent == []
+    assert scheduler.task_ids == []
     result = run("run-now", "daily")
     assert result.exit_code == 0
     scheduler.tick()
+    sent = scheduler.task_ids
     assert len(sent) == 1 and sent[0].startswith("daily:run-now:")
     assert RedBeatSchedulerEntry.from_key("redbeat:daily", app=app).total_run_count == 0
     scheduler.close()

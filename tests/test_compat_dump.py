@@ -7,9 +7,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
+from redbeat import RedBeatSchedulerEntry
 from redbeat.schedulers import get_redis
 from support.dump import dump_hashes, load_dump, read_dump
+from support.recording import Recording
 
 DUMP = read_dump()
 HASHES = dump_hashes(DUMP)
@@ -84,17 +85,11 @@ def test_a_dumped_schedule_runs(dumped):
     """Take over the 2.4.2 Redis (its lock expired) and run the due entries."""
     client = dumped.redbeat_redis
     client.delete("redbeat::lock")
-    sent = []
-
-    class Recording(RedBeatScheduler):
-        def apply_async(self, entry, producer=None, advance=True, **kwargs):
-            sent.append((entry.name, entry.options["task_id"]))
-
     now = GENERATED_AT + 400  # past every interval entry's stored score
     scheduler = Recording(dumped, clock=lambda: now)
     assert scheduler.tick() == 0.0  # took the lock, synced statics
     scheduler.tick()
-    names = {name for name, _ in sent}
+    names = {name for name, _ in scheduler.sent}
     # overdue in the dump: the meta-* entries (last run in January) and 'counted'
     assert {"meta-naive", "meta-offset", "meta-utc", "meta-zone", "counted",
             "interval-30s"} <= names

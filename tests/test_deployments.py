@@ -22,7 +22,7 @@ from support.deployments import (
     plain_server,
     require_valkey,
 )
-from support.recording import RecordingIds
+from support.recording import Recording
 from support.redis_server import redis_required, redis_server_binary
 
 pytestmark = pytest.mark.redis_server
@@ -40,10 +40,10 @@ def run_until_sent(scheduler, count, ticks=200):
     import time
 
     for _ in range(ticks):
-        if len(scheduler.sent) >= count:
+        if len(scheduler.task_ids) >= count:
             return
         time.sleep(max(0.0, min(scheduler.tick(), 0.2)))
-    raise AssertionError(f"only {len(scheduler.sent)} sends, wanted {count}")
+    raise AssertionError(f"only {len(scheduler.task_ids)} sends, wanted {count}")
 
 
 def test_valkey_leader_standby_and_cli():
@@ -56,15 +56,15 @@ def test_valkey_leader_standby_and_cli():
         url = server.url
         app = make_app(url, redbeat_lock_timeout=3)
         RedBeatSchedulerEntry("vk", "tasks.vk", 0.5, app=app).save()
-        leader, standby = RecordingIds(app), RecordingIds(make_app(url, redbeat_lock_timeout=3))
+        leader, standby = Recording(app), Recording(make_app(url, redbeat_lock_timeout=3))
         run_until_sent(leader, 3)
         standby.tick()
-        assert standby.sent == []  # the lock holds on Valkey too
+        assert standby.task_ids == []  # the lock holds on Valkey too
         listing = CliRunner().invoke(main, ["--url", url, "list", "--json"])
         assert listing.exit_code == 0 and '"name": "vk"' in listing.output
         leader.close()  # releases the lock: the standby leads
         run_until_sent(standby, 2)
-        sent = leader.sent + standby.sent
+        sent = leader.task_ids + standby.task_ids
         assert len(sent) == len(set(sent))  # one id per slot across the handover
         standby.close()
 
@@ -75,7 +75,7 @@ def test_tls_with_ca_and_client_certificate():
         app = make_app(server.url, redbeat_redis_use_ssl={
             **server.ssl_options(), "ssl_cert_reqs": ssl.CERT_REQUIRED})
         RedBeatSchedulerEntry("secure", "tasks.s", 0.5, app=app).save()
-        scheduler = RecordingIds(app)
+        scheduler = Recording(app)
         run_until_sent(scheduler, 2)
         scheduler.close()
         assert server.client().exists("redbeat:secure")
@@ -91,7 +91,7 @@ def test_acl_user_limited_to_the_prefix():
     try:
         app = make_app(server.beat_url, beat_schedule={"s": {"task": "t", "schedule": 5.0}})
         RedBeatSchedulerEntry("job", "tasks.j", 0.5, app=app).save()
-        scheduler = RecordingIds(app)
+        scheduler = Recording(app)
         run_until_sent(scheduler, 3)
         from click.testing import CliRunner
 
@@ -119,15 +119,15 @@ def test_sentinel_failover_while_ticking(spelling):
             url, options = f"sentinel://127.0.0.1:{port}", {"service_name": "mymaster"}
         app = make_app(url, redbeat_redis_options={**options, "retry_period": 30})
         RedBeatSchedulerEntry("ha", "tasks.ha", 0.5, app=app).save()
-        scheduler = RecordingIds(app)
+        scheduler = Recording(app)
         run_until_sent(scheduler, 2)
         took = deployment.force_failover()
         print(f"sentinel forced failover took {took:.2f}s")
-        before = len(scheduler.sent)
+        before = len(scheduler.task_ids)
         run_until_sent(scheduler, before + 4)
         new_master = redis.Redis(port=deployment.master_port(), decode_responses=True)
         assert new_master.exists("redbeat:ha")
-        assert len(scheduler.sent) == len(set(scheduler.sent))
+        assert len(scheduler.task_ids) == len(set(scheduler.task_ids))
         scheduler.close()
     finally:
         deployment.stop()
@@ -141,15 +141,15 @@ def test_cluster_with_a_tagged_prefix_and_a_failover():
                        redbeat_redis_options={"retry_period": 30},
                        beat_schedule={"static": {"task": "t", "schedule": 5.0}})
         RedBeatSchedulerEntry("clustered", "tasks.c", 0.5, app=app).save()
-        scheduler = RecordingIds(app)
+        scheduler = Recording(app)
         run_until_sent(scheduler, 2)
         took = deployment.fail_over(f"{prefix}:schedule")
         print(f"cluster failover took {took:.2f}s")
-        before = len(scheduler.sent)
+        before = len(scheduler.task_ids)
         run_until_sent(scheduler, before + 4)
-        assert len(scheduler.sent) == len(set(scheduler.sent))
+        assert len(scheduler.task_ids) == len(set(scheduler.task_ids))
         history = get_entry(app, "clustered").history
-        assert history[0]["task_id"] in scheduler.sent  # history written through the cluster
+        assert history[0]["task_id"] in scheduler.task_ids  # history written through the cluster
         scheduler.close()
 
         untagged = make_app(deployment.url)

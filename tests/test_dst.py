@@ -13,20 +13,17 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from conftest import make_app
-from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
+from redbeat import RedBeatSchedulerEntry
 from redbeat.schedules import crontab, rrule
+from support.recording import Recording
 
 UTC = timezone.utc
 
 
-class Recording(RedBeatScheduler):
-    def __init__(self, *args, **kwargs):
-        self.sent: list[tuple[str, datetime]] = []
-        super().__init__(*args, **kwargs)
-
-    def apply_async(self, entry, producer=None, advance=True, **kwargs):
-        due_ms = int(entry.options["task_id"].rsplit(":", 1)[1])
-        self.sent.append((entry.name, datetime.fromtimestamp(due_ms / 1000, tz=UTC)))
+def sent_slots(scheduler: Recording) -> list[tuple[str, datetime]]:
+    """Each slot sent: the entry's name and the due time its task id carries."""
+    return [(name, datetime.fromtimestamp(int(task_id.rsplit(":", 1)[1]) / 1000, tz=UTC))
+            for name, task_id in scheduler.sent]
 
 
 def run_between(app, start: datetime, end: datetime, restart_at: datetime | None = None,
@@ -38,7 +35,7 @@ def run_between(app, start: datetime, end: datetime, restart_at: datetime | None
     moment = start
     while moment <= end:
         if restart_at is not None and moment >= restart_at:
-            sent += scheduler.sent
+            sent += sent_slots(scheduler)
             scheduler.close()
             scheduler = Recording(app, clock=lambda: now[0])
             restart_at = None
@@ -46,7 +43,7 @@ def run_between(app, start: datetime, end: datetime, restart_at: datetime | None
         scheduler.tick()
         scheduler.tick()
         moment += step
-    sent += scheduler.sent
+    sent += sent_slots(scheduler)
     scheduler.close()
     return sent
 

@@ -22,7 +22,7 @@ from redbeat import RedBeatSchedulerEntry
 from redbeat.entry import to_score
 from redbeat.schedulers import get_redis
 from redbeat.schedules import rrule
-from test_scheduler import Clock, Recording
+from support.recording import Clock, Recording
 
 SCHEDULE_KEY = "redbeat::schedule"
 #: A sync time clear of every boundary the schedules below have (12:00:07.5 UTC).

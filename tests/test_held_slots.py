@@ -20,8 +20,8 @@ from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry, manage
 from redbeat.schedulers import get_redis
 from redbeat.store import definition_sha1
+from support.recording import T0, Clock, Recording, at
 from support.redis_server import RedisServer
-from test_scheduler import T0, Clock, Recording, at
 
 PENDING, HELD = "redbeat::pending", "redbeat::held-definitions"
 

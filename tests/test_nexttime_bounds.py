@@ -30,7 +30,7 @@ from redbeat.nexttime import (
 )
 from redbeat.schedulers import get_redis
 from redbeat.schedules import MAX_RRULE_STEPS, MIN_INTERVAL, rrule
-from test_scheduler import T0, Clock, leader
+from support.recording import T0, Clock, leader
 
 UTC = timezone.utc
 NOW = datetime(2026, 6, 1, 12, 0, 7, 250000, tzinfo=UTC)

@@ -14,7 +14,7 @@ from redbeat.entry import InvalidEntry
 from redbeat.policy import EntryPolicy
 from redbeat.schedulers import SWEEP_EVERY, get_redis
 from redbeat.schedules import clocked
-from test_scheduler import T0, Clock, at, leader
+from support.recording import T0, Clock, at, leader
 
 
 def names(scheduler):

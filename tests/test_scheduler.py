@@ -13,43 +13,13 @@ from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.entry import meta_json
 from redbeat.schedulers import get_redis
 from support.counting import counting_client
-
-T0 = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc).timestamp()
-
-
-class Clock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Recording(RedBeatScheduler):
-    """The real scheduler; only the broker publish is recorded instead of sent."""
-
-    def __init__(self, *args, **kwargs):
-        self.sent: list[tuple[str, str]] = []
-        super().__init__(*args, **kwargs)
-
-    def apply_async(self, entry, producer=None, advance=True, **kwargs):
-        self.sent.append((entry.name, entry.options["task_id"]))
-
-
-def at(seconds: float) -> datetime:
-    return datetime.fromtimestamp(T0 + seconds, tz=timezone.utc)
+from support.recording import T0, Clock, Recording, at, leader
 
 
 def hour_ago() -> datetime:
     """A ``last_run_at`` that makes an hourly entry due now on the real clock (a new
     entry first runs one interval after it is created)."""
     return datetime.now(timezone.utc) - timedelta(hours=1, seconds=1)
-
-
-def leader(app, clock) -> Recording:
-    scheduler = Recording(app, clock=clock)
-    assert scheduler.tick() == 0.0  # first tick takes the lock and syncs statics
-    return scheduler
 
 
 def test_due_interval_is_sent_with_its_slot_id_and_rescheduled(app):
