@@ -101,11 +101,20 @@ GAPS = [
      [(3, 0), (3, 20), (3, 40)]),
     (crontab(minute="0,30", hour=1, timezone=LONDON), (2027, 3, 28), LONDON,
      [(2, 0), (2, 30)]),
+    # the same rule for rrules
+    (rrule("MINUTELY", interval=20, byhour=[1, 2], dtstart=datetime(2027, 1, 1),
+           timezone=NEW_YORK), (2027, 3, 14), NEW_YORK,
+     [(1, 0), (1, 20), (1, 40), (3, 0), (3, 20), (3, 40)]),
+    (rrule("MINUTELY", interval=20, byhour=[2, 3], dtstart=datetime(2027, 1, 1),
+           timezone=NEW_YORK), (2027, 3, 14), NEW_YORK, [(3, 0), (3, 20), (3, 40)]),
+    (rrule("DAILY", byhour=1, byminute=[0, 30], dtstart=datetime(2027, 1, 1),
+           timezone=LONDON), (2027, 3, 28), LONDON, [(2, 0), (2, 30)]),
 ]
 
 
 @pytest.mark.parametrize(("schedule", "day", "zone", "walls"), GAPS,
-                         ids=["new-york-1-2", "new-york-2-3", "london-1"])
+                         ids=[f"{kind}-{case}" for kind in ("crontab", "rrule")
+                              for case in ("new-york-1-2", "new-york-2-3", "london-1")])
 def test_every_wall_time_in_a_spring_forward_gap_runs_once(redis_server, schedule, day, zone,
                                                            walls):
     """Issue 12, item 1: only the first wall time in the gap ran."""

@@ -514,13 +514,24 @@ def _passed(steps: int, moment: datetime) -> int:
 def _rrule_search(schedule: rrule, moment: datetime, inclusive: bool) -> datetime | None:
     plan = _plan(schedule)
     wall = _wall(moment, plan.zone)
+    shift = spring_shift(moment, plan.zone)
+    floor = wall - shift
+    best: datetime | None = None
     steps = 0
-    for run in _runs(plan, plan.index(wall), moment):
+    for run in _runs(plan, plan.index(floor), moment):
         run_wall = run.replace(tzinfo=None)
-        if run_wall > wall or inclusive and run_wall == wall:
-            return utc(run)
+        instant = utc(run)
+        ahead = run_wall > wall or inclusive and run_wall == wall
+        if ahead and not shift:
+            return instant
+        # a wall time of the gap, which runs (shifted) after moment
+        shifted = run_wall >= floor and (instant > moment or inclusive and instant == moment)
+        if (ahead or shifted) and (best is None or instant < best):
+            best = instant
+        if best is not None and run_wall > wall + shift:
+            return best  # later walls run later than the shifted ones of the gap
         steps = _passed(steps, moment)
-    return None
+    return best
 
 
 @next_after.register
@@ -558,12 +569,15 @@ def _rrule_latest(schedule: rrule, due: datetime, now: datetime) -> datetime:
     while empty - k > 1:  # k has a run up to now, empty has none
         middle = (k + empty) // 2
         k, empty = (middle, empty) if has_run(middle) else (k, middle)
-    latest, steps = None, 0
+    latest: datetime | None = None
+    steps = 0
     for run in _runs(plan, k, now):  # all in period k: the next one holds none
         if run.replace(tzinfo=None) > wall:
             break
-        latest, steps = run, _passed(steps, now)
-    return due if latest is None or utc(latest) < due else utc(latest)
+        if utc(run) <= now and (latest is None or utc(run) > latest):
+            latest = utc(run)  # not a wall time of a gap, shifted past now
+        steps = _passed(steps, now)
+    return due if latest is None or latest < due else latest
 
 
 @slots_between.register
@@ -572,14 +586,17 @@ def _rrule_slots(schedule: rrule, first: datetime, last: datetime,
     plan = _plan(schedule)
     wall = _wall(first, plan.zone)
     skipped = sent = 0
+    previous = None
     for run in _runs(plan, plan.index(wall), first):
-        if run.replace(tzinfo=None) < wall:
+        if run.replace(tzinfo=None) < wall or previous is not None and utc(run) <= previous:
+            # before first; or a real wall time a shifted one of a gap already ran at
             skipped = _passed(skipped, first)
             continue
         if sent >= limit or utc(run) > last:
             return
         sent += 1
-        yield utc(run)
+        previous = utc(run)
+        yield previous
 
 
 @count_slots.register
@@ -632,10 +649,19 @@ def _earliest_wall(after: datetime, zone: Any) -> datetime:
     shift = offset - (other.utcoffset() or timedelta())
     if local.fold == 0 and shift > timedelta():
         return wall - shift
-    earlier = (after - MAX_DST_SHIFT).astimezone(zone).utcoffset() or timedelta()
-    if offset > earlier:  # clocks went forward within the last MAX_DST_SHIFT
-        return wall - (offset - earlier)
-    return wall
+    return wall - spring_shift(after, zone)
+
+
+def spring_shift(moment: datetime, zone: Any) -> timedelta:
+    """How far clocks in ``zone`` went forward within MAX_DST_SHIFT before ``moment``
+    (zero almost always): the wall times that far back may be those of a gap, which run
+    shifted forward, after ``moment``."""
+    try:
+        offset = utc(moment).astimezone(zone).utcoffset() or timedelta()
+        earlier = (utc(moment) - MAX_DST_SHIFT).astimezone(zone).utcoffset() or timedelta()
+    except OverflowError:  # hours from year 1 (or 9999): no transition there
+        return timedelta()
+    return max(offset - earlier, timedelta())
 
 
 def cron_next(
