@@ -17,7 +17,7 @@ from redbeat.cli import main
 from redbeat.lock import Holder
 from redbeat.manage import get_entry
 from redbeat.schedulers import get_redis
-from test_scheduler import T0, Clock, Recording, at, leader
+from support.recording import T0, Clock, Recording, at, leader
 
 HISTORY = "redbeat::history"
 
