@@ -1,0 +1,270 @@
+"""Drive the real scheduler over simulated time and compare what it sent with the oracle.
+
+One :class:`Scenario` is an app (zone, ``enable_utc``), a set of entries saved at its
+start, a span of simulated time and a few downtimes. The real ``RedBeatScheduler.tick()``
+runs against a real redis-server under a fake clock that jumps: to the next score in
+the schedule plus a random lateness, with random extra ticks in between, and over each
+downtime (after which a new scheduler, as a restarted beat, takes over). Every message
+the scheduler would publish is recorded with the moment it was sent. The oracle
+(tests/sim/oracle.py) is then given the moments beat ticked and says what each entry
+must have sent.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import redis
+from celery import Celery
+
+from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
+from redbeat.settings import ensure_conf
+
+from .oracle import Rules, Zone, expected_dispatches, jitter_problems
+
+UTC = timezone.utc
+TASK = "sim.task"
+SHORTEST_DOWNTIME, LONGEST_DOWNTIME = 45.0, 4.5 * 86400
+
+
+@dataclass(frozen=True)
+class Span:
+    """What a case's oracle is asked: the runs after ``created`` up to ``end``."""
+
+    created: datetime
+    end: datetime
+    app_zone: str
+    zones: Callable[[str], Zone]
+
+
+@dataclass
+class Case:
+    name: str
+    #: The schedule object saved through the real API (gets the app).
+    schedule: Callable[[Celery], Any]
+    #: The oracle's runs of that schedule (window applied).
+    runs: Callable[[Span], list[datetime]]
+    policy: dict[str, Any] = field(default_factory=dict)
+    #: Saved as never run (a one-off): its first due time is its own.
+    never_ran: bool = False
+    #: Solar events: a sent slot matches an oracle run this close (seconds).
+    tolerance: float = 0.0
+
+    @property
+    def rules(self) -> Rules:
+        return Rules(coalesce=self.policy.get("coalesce", True),
+                     max_catch_up=self.policy.get("max_catch_up", 10),
+                     grace=self.policy.get("misfire_grace_time"))
+
+    @property
+    def jitter(self) -> float:
+        return float(self.policy.get("jitter", 0.0))
+
+
+@dataclass
+class Scenario:
+    name: str
+    zone: str
+    enable_utc: bool
+    start: datetime
+    span: timedelta
+    cases: list[Case]
+    seed: int = 1
+    downtimes: int = 3
+    longest_downtime: float = LONGEST_DOWNTIME
+    #: How late after a score beat ticks, at most (seconds).
+    lateness: float = 2.0
+    #: Chance of an extra tick at a random moment before the next score.
+    extra_ticks: float = 0.2
+
+    @property
+    def end(self) -> datetime:
+        return self.start + self.span
+
+
+@dataclass
+class Outcome:
+    case: str
+    compared: int = 0
+    sent: int = 0
+    mismatches: list[str] = field(default_factory=list)
+
+
+class RecordingScheduler(RedBeatScheduler):
+    """The real scheduler; its broker publish records (sent at, entry, slot) instead."""
+
+    def __init__(self, *args: Any, log: list[tuple[float, str, float]], **kwargs: Any) -> None:
+        self.log = log
+        super().__init__(*args, **kwargs)
+
+    def apply_async(self, entry: Any, producer: Any = None, advance: bool = True,
+                    **kwargs: Any) -> None:
+        slot_ms = int(entry.options["task_id"].rsplit(":", 1)[1])
+        self.log.append((self.clock(), entry.name, slot_ms / 1000))
+
+
+def make_app(url: str, zone: str, enable_utc: bool) -> Celery:
+    app = Celery("simulator", broker="memory://", set_as_current=False)
+    app.conf.update(redbeat_redis_url=url, timezone=zone, enable_utc=enable_utc)
+    return app
+
+
+def plan_downtimes(rng: random.Random, scenario: Scenario) -> list[tuple[float, float]]:
+    """Non-overlapping downtimes, lengths log-uniform from 45 s to the scenario's longest,
+    none in the first or last tenth of the span."""
+    start, end = scenario.start.timestamp(), scenario.end.timestamp()
+    length = end - start
+    chosen: list[tuple[float, float]] = []
+    longest = min(scenario.longest_downtime, length / 5)
+    for _ in range(scenario.downtimes * 4):
+        if len(chosen) == scenario.downtimes:
+            break
+        size = math.exp(rng.uniform(math.log(SHORTEST_DOWNTIME), math.log(longest)))
+        at = rng.uniform(start + length / 10, end - length / 10 - size)
+        if all(at + size < a or at > b for a, b in chosen):
+            chosen.append((at, at + size))
+    return sorted(chosen)
+
+
+class Simulation:
+    def __init__(self, scenario: Scenario, url: str) -> None:
+        self.scenario = scenario
+        self.app = make_app(url, scenario.zone, scenario.enable_utc)
+        self.client = redis.Redis.from_url(url)
+        self.rng = random.Random(scenario.seed)
+        self.now = scenario.start.timestamp()
+        self.log: list[tuple[float, str, float]] = []
+        self.ticks: list[float] = []
+        self.up: list[tuple[float, float]] = []
+        self.schedule_key = ensure_conf(self.app).keys.schedule
+
+    def scheduler(self) -> RecordingScheduler:
+        return RecordingScheduler(self.app, clock=lambda: self.now, log=self.log)
+
+    def save_entries(self) -> None:
+        created = self.scenario.start
+        for case in self.scenario.cases:
+            RedBeatSchedulerEntry(
+                case.name, TASK, case.schedule(self.app), app=self.app,
+                last_run_at=None if case.never_ran else created, **case.policy,
+            ).save()
+
+    def next_score(self) -> float | None:
+        found = self.client.zrangebyscore(self.schedule_key, 0, "+inf", start=0, num=1,
+                                          withscores=True)
+        return float(found[0][1]) if found else None
+
+    def next_tick(self) -> float:
+        score = self.next_score()
+        target = self.scenario.end.timestamp() + 1 if score is None else score
+        late = max(target, self.now) + self.rng.uniform(0.001, self.scenario.lateness)
+        if self.rng.random() < self.scenario.extra_ticks:
+            return self.now + self.rng.uniform(0.001, max(0.002, late - self.now))
+        return late
+
+    def tick(self, scheduler: RecordingScheduler) -> None:
+        self.ticks.append(self.now)
+        for _ in range(5):  # 0.0: the lease was just taken, or an edit raced: again now
+            if scheduler.tick() != 0.0:
+                return
+
+    def run(self) -> None:
+        self.save_entries()
+        downtimes = plan_downtimes(self.rng, self.scenario)
+        end = self.scenario.end.timestamp()
+        scheduler = self.scheduler()
+        up_since = self.now
+        self.tick(scheduler)
+        while True:
+            moment = self.next_tick()
+            if downtimes and moment >= downtimes[0][0]:
+                down, back = downtimes.pop(0)
+                self.up.append((up_since, down))
+                scheduler.close()
+                moment = back
+                scheduler = self.scheduler()
+                up_since = back
+            if moment > end:
+                break
+            self.now = moment
+            self.tick(scheduler)
+        scheduler.close()
+        self.up.append((up_since, end))
+
+    def outcomes(self) -> list[Outcome]:
+        zones: dict[str, Zone] = {}
+        start, end = self.scenario.start, self.scenario.end
+
+        def zone(name: str) -> Zone:
+            if name not in zones:
+                zones[name] = Zone(name, start, end)
+            return zones[name]
+
+        span = Span(start, end, self.scenario.zone, zone)
+        by_case: dict[str, list[tuple[float, float]]] = {}
+        for sent_at, name, slot in self.log:
+            by_case.setdefault(name, []).append((sent_at, slot))
+        return [compare(case, case.runs(span), by_case.get(case.name, []), self)
+                for case in self.scenario.cases]
+
+
+def compare(case: Case, runs: list[datetime], sent: list[tuple[float, float]],
+            simulation: Simulation) -> Outcome:
+    outcome = Outcome(case.name, sent=len(sent))
+    end = simulation.scenario.end.timestamp()
+    if case.jitter:
+        sent_slots = [(tick, datetime.fromtimestamp(slot, tz=UTC)) for tick, slot in sent]
+        outcome.mismatches = jitter_problems(runs, sent_slots, case.jitter,
+                                             simulation.scenario.lateness, simulation.up, end)
+        outcome.compared = len(sent)
+        return outcome
+    expected = expected_dispatches(runs, simulation.ticks, case.rules)
+    outcome.compared = len(expected)
+    if case.tolerance:
+        sent = [(tick, snap(slot, runs, case.tolerance)) for tick, slot in sent]
+    want = Counter((tick, round(slot.timestamp(), 3)) for tick, slot in expected)
+    got = Counter((tick, round(slot, 3)) for tick, slot in sent)
+    for (tick, slot), count in sorted((want - got).items()):
+        outcome.mismatches.append(
+            f"missing: slot {stamp(slot)} not sent at tick {stamp(tick)}{times(count)}")
+    for (tick, slot), count in sorted((got - want).items()):
+        outcome.mismatches.append(
+            f"extra: slot {stamp(slot)} sent at tick {stamp(tick)}{times(count)}")
+    return outcome
+
+
+def times(count: int) -> str:
+    return f" x{count}" if count > 1 else ""
+
+
+def snap(slot: float, runs: list[datetime], tolerance: float) -> float:
+    """A solar slot as the oracle's run it is within ``tolerance`` of (or as sent)."""
+    nearest = min(runs, key=lambda run: abs(run.timestamp() - slot), default=None)
+    if nearest is not None and abs(nearest.timestamp() - slot) <= tolerance:
+        return round(nearest.timestamp(), 3)
+    return slot
+
+
+def stamp(moment: float) -> str:
+    local = datetime.fromtimestamp(moment, tz=UTC)
+    return local.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def simulate(scenario: Scenario, url: str) -> tuple[list[Outcome], Simulation]:
+    simulation = Simulation(scenario, url)
+    simulation.run()
+    return simulation.outcomes(), simulation
+
+
+def at(*fields: int) -> datetime:
+    return datetime(*fields, tzinfo=UTC)
+
+
+def days(count: float) -> timedelta:
+    return timedelta(days=count)
