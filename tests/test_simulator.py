@@ -17,12 +17,6 @@ from support.redis_server import RedisServer
 
 SCENARIOS = {scenario.name: scenario for scenario in fast_profile()}
 
-ITEM_1 = "issue 12 item 1: a spring-forward gap runs only its first missing wall time"
-ITEM_2 = ("issue 12 item 2: relative=True under a minute leaves its chain after downtime "
-          "(catch-up computed from now - 60 s)")
-ITEM_3 = "issue 12 item 3: relative=True rounds in UTC, not in the app's zone"
-ITEM_4 = ("issue 12 item 4: jitter is added again on every tick to an entry that never ran "
-          "(its due time is read back from the jittered score)")
 BOUNDED_GRID = ("issue 12, found by the simulator: bounded catch-up (coalesce=False) of an "
                 "interval walks from latest - 60 s, off the interval's grid, and stays off it")
 WINDOW_END = ("issue 12, found by the simulator: a coalesced catch-up after downtime sends a "
@@ -30,18 +24,6 @@ WINDOW_END = ("issue 12, found by the simulator: a coalesced catch-up after down
 
 #: (scenario, case) -> why it still mismatches.
 KNOWN: dict[tuple[str, str], str] = {
-    ("spring-new-york", "cron-gap-hours"): ITEM_1,
-    ("spring-new-york", "zoned-cron-gap"): ITEM_1,
-    ("spring-new-york", "relative-day"): ITEM_3,
-    ("autumn-london", "relative-day"): ITEM_3,
-    ("lord-howe", "relative-hour"): ITEM_3,
-    ("lord-howe", "relative-day"): ITEM_3,
-    ("kolkata", "relative-hour"): ITEM_3,
-    ("kolkata", "relative-day"): ITEM_3,
-    ("seconds-utc", "relative-7s"): ITEM_2,
-    ("seconds-kolkata", "relative-7s"): ITEM_2,
-    ("seconds-utc", "clocked-jitter"): ITEM_4,
-    ("seconds-kolkata", "clocked-jitter"): ITEM_4,
     ("seconds-utc", "catch-up-11s"): BOUNDED_GRID,
     ("seconds-kolkata", "catch-up-11s"): BOUNDED_GRID,
     ("seconds-utc", "window-9s"): WINDOW_END,

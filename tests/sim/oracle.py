@@ -8,7 +8,7 @@ those runs a beat sends follows from the moments it ticked: :func:`expected_disp
 
 Where redbeat differs from Celery's own beat on purpose, the oracle follows redbeat's
 documented rule and names the difference (:data:`DELIBERATE`), pointing at the table in
-docs/semantics.md ("Deliberate differences from Celery's beat").
+docs/semantics.md ("Differences from Celery the oracle names").
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from celery import schedules as celery_schedules
 from dateutil import rrule as dateutil_rrule
 
 UTC = timezone.utc
-DOC = "docs/semantics.md, 'Deliberate differences from Celery's beat'"
+DOC = "docs/semantics.md, 'Differences from Celery the oracle names'"
 
 #: The places where this oracle follows redbeat's documented rule instead of Celery's
 #: arithmetic, by name; each is a row of the table in docs/semantics.md.
@@ -124,28 +124,37 @@ def relative_interval_runs(created: datetime, every: timedelta, end: datetime,
     size = every.total_seconds()
     runs, previous = [], created
     while True:
-        moment = _round_down(previous + every, size, zone)
-        if moment <= previous:
-            moment = _round_down(previous + every, size, zone, following=True)
+        moment = _round_down(previous + every, size, zone, previous)
         if moment > end:
             return runs
         runs.append(moment)
         previous = moment
 
 
-def _round_down(moment: datetime, size: float, zone: Zone, following: bool = False) -> datetime:
-    local = moment.astimezone(zone.tz)
+def _round_down(moment: datetime, size: float, zone: Zone, previous: datetime) -> datetime:
+    """The latest boundary (midnight, hour, minute or second of the zone's clock, placed
+    by the DST rules) at or before ``moment`` and after ``previous``, else the first
+    boundary after ``previous``."""
+    wall = zone.local(moment)
     if size >= 86400:
-        day = local.date() + timedelta(days=1 if following else 0)
-        return aware(zone.instants(datetime(day.year, day.month, day.day), False)[0])
-    cut = timedelta(seconds=local.second, microseconds=local.microsecond)
-    unit = timedelta(minutes=1)
-    if size >= 3600:
-        cut += timedelta(minutes=local.minute)
-        unit = timedelta(hours=1)
-    elif size < 60:
-        cut, unit = timedelta(microseconds=local.microsecond), timedelta(seconds=1)
-    return moment - cut + (unit if following else timedelta())
+        floor, unit = datetime(wall.year, wall.month, wall.day), timedelta(days=1)
+    elif size >= 3600:
+        floor, unit = wall.replace(minute=0, second=0, microsecond=0), timedelta(hours=1)
+    elif size >= 60:
+        floor, unit = wall.replace(second=0, microsecond=0), timedelta(minutes=1)
+    else:
+        floor, unit = wall.replace(microsecond=0), timedelta(seconds=1)
+    placed = [aware(instant) for instant in zone.instants(floor, both_folds=True)]
+    inside = [instant for instant in placed if previous < instant <= moment]
+    if inside:
+        return max(inside)
+    later = floor + unit
+    while True:
+        placed = [aware(instant) for instant in zone.instants(later, both_folds=True)]
+        after = [instant for instant in placed if instant > previous]
+        if after:
+            return min(after)
+        later += unit
 
 
 @dataclass(frozen=True)
