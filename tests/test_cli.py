@@ -488,3 +488,11 @@ def test_standalone_cron_without_tz_runs_in_the_zone_beat_evaluates_it_in(run, r
     due = datetime.fromtimestamp(score, tz=timezone.utc).astimezone(app.timezone)
     assert (due.hour, due.minute) == (3, 0) and sent == []
     assert client.hget("redbeat:cli-daily", "meta") == meta_json(saved.last_run_at)
+
+
+def test_standalone_show_does_not_list_app_zone_runs_it_cannot_know(run):
+    assert run("add", "zoneless", "tasks.z", "--cron", "0 3 * * *").exit_code == 0
+    shown = run("show", "zoneless").output
+    assert "in the app's time zone, which this command does not know" in shown
+    assert run("add", "zoned", "tasks.z", "--cron", "0 3 * * *", "--tz", "UTC").exit_code == 0
+    assert "03:00:00 UTC" in run("show", "zoned").output

@@ -500,6 +500,10 @@ def _show_dispatches(info: manage.EntryInfo, zone: tzinfo) -> None:
 
 def _show_next_runs(entry: RedBeatSchedulerEntry, zone: tzinfo, runs: int) -> None:
     click.echo("next runs:")
+    if zone_unknown(entry.app) and follows_app_zone(entry.schedule):
+        click.echo("  (in the app's time zone, which this command does not know: "
+                   "celery -A proj redbeat show lists them)")
+        return
     try:
         upcoming = entry.upcoming(runs)
         for number, run in enumerate(upcoming):
