@@ -101,6 +101,25 @@ def test_the_nodes_page_shows_the_leader_and_its_heartbeat(stack: Stack, page: A
     screenshot(page, "nodes")
 
 
+def test_the_celery_subcommand_serves_the_apps_schedule(stack: Stack, page: Any) -> None:
+    """``celery -A proj redbeat web``: the app's own settings (its Redis, its prefix)."""
+    port = free_port()
+    web = stack.cluster.command("celery-web", "redbeat", "web", "--port", str(port))
+    web.wait_for("redbeat web: http://127.0.0.1:")
+    wait_until(lambda: _answers(f"http://127.0.0.1:{port}/nodes"), 15, "celery redbeat web")
+    page.goto(f"http://127.0.0.1:{port}/nodes")
+    assert "lock expires in" in page.inner_text("#leader")
+    web.terminate()
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
 def test_the_timeline_shows_a_burst_and_links_to_its_entries(stack: Stack, page: Any) -> None:
     minute = (time.time() // 60 + 180) * 60  # three hours from now, on the minute
     write_entries(stack.app, [(f"burst-{i:04d}", "beatapp.record", minute + i % 60, {})

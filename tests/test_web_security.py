@@ -16,7 +16,14 @@ import pytest
 
 from conftest import make_app
 from redbeat import RedBeatSchedulerEntry, manage
-from redbeat.web.security import WebSettings, authorized, check_bind, csrf_valid, is_local
+from redbeat.web.security import (
+    WebSettings,
+    authorized,
+    check_bind,
+    csrf_valid,
+    host_allowed,
+    is_local,
+)
 from support.redis_server import RedisServer
 from support.web import WebServer, browser_available, chromium, fetch, screenshot
 
@@ -68,6 +75,18 @@ def test_bind_rule(settings: WebSettings, refused: bool) -> None:
             check_bind(settings)
     else:
         check_bind(settings)
+
+
+@pytest.mark.parametrize(("host", "settings", "allowed"), [
+    ("127.0.0.1:8080", WebSettings(), True), ("localhost:8080", WebSettings(), True),
+    ("[::1]:8080", WebSettings(), True), ("127.0.0.1", WebSettings(), True),
+    ("attacker.example:8080", WebSettings(), False),  # a name re-pointed at 127.0.0.1
+    ("10.0.0.5:8080", WebSettings(), False), ("", WebSettings(), False),
+    (None, WebSettings(), False),
+    ("scheduler.internal:8080", WebSettings(host="0.0.0.0", token=TOKEN), True),
+])
+def test_hosts_served(host: str | None, settings: WebSettings, allowed: bool) -> None:
+    assert host_allowed(host, settings) is allowed
 
 
 @pytest.mark.parametrize(("sent", "expected", "valid"), [
@@ -149,6 +168,8 @@ def test_read_only_mode_shows_no_action_and_refuses_changes(
     assert "read-only" in page.inner_text("header")
     status, body = fetch(server.url + "/entry/action", {"name": "job", "action": "delete"})
     assert status == 403 and "read-only" in body
+    # without credentials, only local names are served (no DNS rebinding)
+    assert fetch(server.url + "/entries", headers={"Host": "attacker.example"})[0] == 403
     assert manage.get_entry(app, "job").state == "enabled"
     page.close()
 

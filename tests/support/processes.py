@@ -144,6 +144,10 @@ class Cluster:
                 "--without-heartbeat", "--without-gossip", "--without-mingle"]
         return self._start(name, args, settings)
 
+    def command(self, name: str, *args: str, **settings: Any) -> CeleryProcess:
+        """Any other ``celery -A beatapp ...`` command of the project (``redbeat web``)."""
+        return self._start(name, list(args), settings)
+
     def _start(self, name: str, args: list[str], settings: dict[str, Any],
                python: str | None = None) -> CeleryProcess:
         process = CeleryProcess(self.directory, name, args, {**self.conf, **settings},

@@ -16,7 +16,14 @@ from celery import Celery
 from flask import Flask, Response, abort, request, session
 
 from ..metrics import schedule_registry
-from .security import SECURITY_HEADERS, WebSettings, authorized, check_bind, csrf_valid
+from .security import (
+    SECURITY_HEADERS,
+    WebSettings,
+    authorized,
+    check_bind,
+    csrf_valid,
+    host_allowed,
+)
 
 __all__ = ["WebSettings", "create_app", "serve"]
 
@@ -45,6 +52,9 @@ def create_app(celery_app: Celery, settings: WebSettings | None = None,
 
     @app.before_request
     def guard() -> Response | None:
+        if not host_allowed(request.headers.get("Host"), settings):
+            abort(403, "this server answers only to local names (127.0.0.1, localhost) "
+                       "when it has no credentials")
         if not authorized(request.headers.get("Authorization"), settings):
             return Response("authentication required\n", 401,
                             {"WWW-Authenticate": 'Basic realm="redbeat"'})

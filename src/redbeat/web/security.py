@@ -59,6 +59,21 @@ def check_bind(settings: WebSettings) -> None:
         raise RefusedBind("HTTP basic authentication needs both a user and a password")
 
 
+def host_allowed(host_header: str | None, settings: WebSettings) -> bool:
+    """Whether a request's ``Host`` may be served. Without credentials the server is
+    local, and only local names are: a page of another site whose name an attacker
+    re-points at 127.0.0.1 (DNS rebinding) would otherwise read the view as its own
+    origin, CSRF tokens included."""
+    if settings.has_auth:
+        return True
+    host = (host_header or "").strip()
+    if host.startswith("["):
+        name = host[1:host.find("]")] if "]" in host else host
+    else:
+        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    return is_local(name)
+
+
 def _same(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode("utf-8", "surrogateescape"),
                                expected.encode("utf-8", "surrogateescape"))
