@@ -44,21 +44,24 @@ def fast_profile() -> list[Scenario]:
 
 
 def long_profile(years: float = 1.0) -> list[Scenario]:
-    """Every zone as the app zone, ``enable_utc`` on and off in turn, each with its
-    entries in the next zone; a year from 2027-06-01 (Feb 29, 2028 included)."""
+    """Every zone as the app zone with ``enable_utc`` on and off, each with its zoned
+    entries in another zone, ``years`` from 2027-06-01 (Feb 29, 2028 included), after
+    six hours of sub-minute intervals per zone."""
     scenarios = []
     for number, zone in enumerate(ZONES):
-        other = ZONES[(number + 1) % len(ZONES)]
-        enable_utc = number % 2 == 0
-        scenarios.append(calendar(
-            f"year-{zone.replace('/', '-').lower()}-utc-{'on' if enable_utc else 'off'}",
-            zone, enable_utc, other, (2027, 6, 1, 0, 0, 0), 365 * years, 100 + number,
-            max(1, round(14 * years)),
-        ))
-    for number, zone in enumerate(ZONES):
         enable_utc = number % 2 == 1
-        scenarios.append(seconds(
-            f"seconds-{zone.replace('/', '-').lower()}-utc-{'on' if enable_utc else 'off'}",
-            zone, enable_utc, 6.0, 200 + number, 8,
-        ))
+        scenarios.append(seconds(f"seconds-{slug(zone)}-utc-{'on' if enable_utc else 'off'}",
+                                 zone, enable_utc, 6.0, 200 + number, 8))
+    for number, zone in enumerate(ZONES):
+        for flag, enable_utc in enumerate((True, False)):
+            other = ZONES[(number + 1 + flag) % len(ZONES)]
+            scenarios.append(calendar(
+                f"year-{slug(zone)}-utc-{'on' if enable_utc else 'off'}", zone, enable_utc,
+                other, (2027, 6, 1, 0, 0, 0), 365 * years, 100 + 2 * number + flag,
+                max(1, round(14 * years)),
+            ))
     return scenarios
+
+
+def slug(zone: str) -> str:
+    return zone.replace("/", "-").lower()
