@@ -9,9 +9,14 @@ the suite the day it is fixed, so the mark is removed then.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 import pytest
+from celery import Celery
+from celery import schedules as celery_schedules
 
 from sim.driver import Outcome, simulate
+from sim.oracle import Cron, Zone, cron_runs, relative_interval_runs
 from sim.profiles import fast_profile
 from support.redis_server import RedisServer
 
@@ -66,3 +71,53 @@ def test_dispatches_match_the_oracle(redis_server_session: RedisServer,
     assert not outcome.mismatches, (
         f"{len(outcome.mismatches)} mismatch(es) over {outcome.compared} expected "
         f"dispatches:\n{shown}")
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata"])
+@pytest.mark.parametrize("cron", [
+    Cron(minute="*/20", hour="1-3"), Cron(minute=59, hour=23, day_of_month="28-31"),
+    Cron(minute=30, hour=2, day_of_month=29, month_of_year=2),
+    Cron(minute="5,35", hour="0-4", day_of_week="sun"), Cron(minute=0, day_of_month=31),
+    Cron(minute=15, hour=9, day_of_week="mon-fri"),
+], ids=str)
+def test_oracle_crontab_walk_agrees_with_celerys_own_arithmetic(cron: Cron, zone: str) -> None:
+    """Where no daylight saving is involved the rules coincide with Celery's: the
+    oracle's walk of wall days gives exactly the runs Celery's crontab steps through."""
+    app = Celery("oracle-check", set_as_current=False)
+    app.conf.timezone = zone
+    start = datetime(2028, 1, 1, tzinfo=timezone.utc)
+    end = start + timedelta(days=100)
+    now = [start]
+    schedule = celery_schedules.crontab(cron.minute, cron.hour, cron.day_of_week,
+                                        cron.day_of_month, cron.month_of_year, app=app,
+                                        nowfun=lambda: now[0])
+    celery_runs = []
+    while True:
+        following = now[0] + schedule.remaining_estimate(now[0])
+        if following > end:
+            break
+        celery_runs.append(following)
+        now[0] = following
+    assert cron_runs(cron, Zone(zone, start, end), start, end) == celery_runs
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata"])
+@pytest.mark.parametrize("seconds", [7, 90, 3600, 5400, 86400])
+def test_oracle_relative_chain_agrees_with_celerys_own_rounding(seconds: int, zone: str) -> None:
+    """Where no daylight saving is involved, the oracle's ``relative=True`` chain is
+    Celery's own: each run rounded by ``remaining`` from the last run in the app's zone."""
+    app = Celery("oracle-check", set_as_current=False)
+    app.conf.timezone = zone
+    start = datetime(2028, 3, 20, 0, 0, 7, tzinfo=timezone.utc)
+    end = start + timedelta(days=1 if seconds < 3600 else 12)
+    now = [start.astimezone(app.timezone)]
+    every = timedelta(seconds=seconds)
+    schedule = celery_schedules.schedule(every, relative=True, app=app, nowfun=lambda: now[0])
+    celery_runs = []
+    while True:
+        following = now[0] + schedule.remaining_estimate(now[0])
+        if following > end:
+            break
+        celery_runs.append(following.astimezone(timezone.utc))
+        now[0] = following
+    assert relative_interval_runs(start, every, end, Zone(zone, start, end)) == celery_runs

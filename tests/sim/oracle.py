@@ -32,7 +32,7 @@ DELIBERATE = {
     "no-drift": f"{DOC}: an interval's next run follows from the slot, not the tick",
     "coalesced-catch-up": f"{DOC}: missed slots run once, as the latest slot (or bounded)",
     "window-anchor": f"{DOC}: an interval whose window opens runs at start_time",
-    "relative-fold": f"{DOC}: relative=True rounds an instant, never back an hour",
+    "relative-fold": f"{DOC}: relative=True adds a duration, rounds on the zone's clock",
 }
 
 
