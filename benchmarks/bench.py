@@ -19,11 +19,9 @@ import json
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +37,10 @@ except ImportError:  # a bare `python` on PATH: re-run under the project's venv,
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dataset  # noqa: E402  (benchmarks/dataset.py)
+
+# the redis-server launcher the tests use (tests/support/redis_server.py)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from support.redis_server import RedisServer  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO_VENV_PYTHON = HERE.parent / ".venv" / "bin" / "python"
@@ -65,52 +67,6 @@ FIXED_KEYS = (
     "redbeat::nodes",
     "redbeat:celery.backend_cleanup",
 )
-
-
-# -- the Redis server ---------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Server:
-    """A private redis-server on a free loopback port, no persistence; stopped by pid."""
-
-    def __init__(self, binary: str) -> None:
-        self.port = free_port()
-        self.dir = tempfile.mkdtemp(prefix="redbeat-bench-")
-        self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.dir, "--logfile", f"{self.dir}/redis.log"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.client = redis.Redis(port=self.port, socket_timeout=120)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"redis-server exited at start (see {self.dir}/redis.log)")
-            try:
-                self.client.ping()
-                return
-            except redis.ConnectionError:
-                time.sleep(0.02)
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self) -> None:
-        self.client.close()
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def clean(client: redis.Redis, size: int) -> None:
@@ -339,8 +295,9 @@ class Bench:
         middle = middle_size(sizes)
         backlog = 10_000 if self.args.quick else BACKLOG_K
         ref_backlog = min(backlog, self.args.ref_backlog)
-        server = Server(self.args.redis_server)
-        self.client, self.url = server.client, server.url
+        server = RedisServer(binary=self.args.redis_server).start()
+        self.client = server.client(decode_responses=False, socket_timeout=120)
+        self.url = server.url
         # database 1 keeps a fixed N=1,000 schedule: the baseline for "independent of N"
         self.small = redis.Redis(port=server.port, db=1, socket_timeout=120)
         self.small_url = f"redis://127.0.0.1:{server.port}/1"
@@ -386,7 +343,8 @@ class Bench:
             self.results["redis_version"] = self.client.info("server")["redis_version"]
         finally:
             self.small.close()
-            server.stop()
+            self.client.close()
+            server.cleanup()
         self.results["sizes"] = sizes
         self.results["quick"] = self.args.quick
         self.results["repeats"] = self.args.repeats

@@ -19,8 +19,9 @@ import redis
 
 from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
-from support.processes import CeleryProcess, Cluster, wait_until
+from support.processes import CeleryProcess, Cluster
 from support.redis_server import RedisServer, redis_required, redis_server_binary
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

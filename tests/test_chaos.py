@@ -13,8 +13,9 @@ import pytest
 
 from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
-from support.processes import Cluster, wait_until
+from support.processes import Cluster
 from support.redis_server import RedisServer
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,8 @@ import pytest
 from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
 from redbeat.schedulers import get_redis
-from support.processes import Cluster, wait_until
+from support.processes import Cluster
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -28,8 +28,9 @@ from support.broker_audit import (
     repeated_ids,
     slots_by_entry,
 )
-from support.processes import Cluster, wait_until
+from support.processes import Cluster
 from support.redis_server import RedisServer
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,8 @@ import pytest
 
 from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
-from support.processes import Cluster, wait_until
+from support.processes import Cluster
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

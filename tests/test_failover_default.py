@@ -14,7 +14,8 @@ import redis
 
 from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
-from support.processes import CeleryProcess, Cluster, wait_until
+from support.processes import CeleryProcess, Cluster
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

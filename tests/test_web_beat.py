@@ -18,8 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import make_app
 from redbeat import RedBeatSchedulerEntry, manage
-from support.processes import Cluster, wait_until
+from support.processes import Cluster
 from support.redis_server import RedisServer, free_port, redis_required, redis_server_binary
+from support.waiting import wait_until
 from support.web import WebServer, browser_available, chromium, screenshot, write_entries
 
 pytestmark = pytest.mark.e2e

@@ -39,6 +39,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
 from .redis_server import RedisServer, free_port, redis_required, redis_server_binary
+from .waiting import wait_until
 
 HOST = "127.0.0.1"
 #: Path of a valkey-server to use when none is on PATH.
@@ -55,18 +56,7 @@ T = TypeVar("T")
 def wait_for(condition: Callable[[], object], timeout: float, what: str,
              interval: float = 0.02) -> None:
     """Poll ``condition`` until it is true; Redis and socket errors count as not yet."""
-    deadline = time.monotonic() + timeout
-    last_error: BaseException | None = None
-    while True:
-        try:
-            if condition():
-                return
-        except (redis.RedisError, OSError) as exc:
-            last_error = exc
-        if time.monotonic() >= deadline:
-            detail = f" (last error: {last_error!r})" if last_error is not None else ""
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}{detail}")
-        time.sleep(interval)
+    wait_until(condition, timeout, what, interval=interval, ignoring=(redis.RedisError, OSError))
 
 
 def probe_client(port: int, host: str = HOST, **kwargs: Any) -> redis.Redis:
