@@ -7,6 +7,7 @@ fast profile marks known mismatches by them.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -162,7 +163,18 @@ def calendar_cases(start: datetime, zone: str, other: str) -> list[Case]:
                  misfire_grace_time=3600),
         interval("grace-interval", 5400, misfire_grace_time=120),
         app_cron("jitter-cron", Cron(minute=0, hour="*/2"), jitter=90.0),
+        static(app_cron("grace-cron", Cron(minute=0), misfire_grace_time=600)),
+        static(app_cron("catch-up-3", Cron(minute="*/30"), coalesce=False, max_catch_up=3)),
+        static(app_cron("window-cron", Cron(minute=5),
+                        start_time=start + timedelta(days=3, minutes=2),
+                        end_time=start + timedelta(days=25, hours=7))),
+        static(app_cron("jitter-cron", Cron(minute=0, hour="*/2"), jitter=90.0)),
     ]
+
+
+def static(case: Case) -> Case:
+    """The same entry configured in ``beat_schedule``, its policy keys beside the task."""
+    return replace(case, name=f"static-{case.name}", static=True)
 
 
 def seconds_cases(start: datetime) -> list[Case]:
@@ -180,4 +192,6 @@ def seconds_cases(start: datetime) -> list[Case]:
         windowed_interval("window-jitter-8s", 8, start + timedelta(minutes=12),
                           start + timedelta(minutes=20), jitter=3.0),
         one_off("clocked-jitter", start + timedelta(minutes=4, seconds=3), jitter=20.0),
+        static(interval("jitter-10s", 10, jitter=2.0)),
+        static(interval("grace-13s", 13, misfire_grace_time=30)),
     ]

@@ -55,6 +55,8 @@ class Case:
     never_ran: bool = False
     #: Solar events: a sent slot matches an oracle run this close (seconds).
     tolerance: float = 0.0
+    #: Configured in ``beat_schedule`` (synced by the leader) instead of saved.
+    static: bool = False
 
     @property
     def rules(self) -> Rules:
@@ -148,12 +150,20 @@ class Simulation:
         return RecordingScheduler(self.app, clock=lambda: self.now, log=self.log)
 
     def save_entries(self) -> None:
+        """Dynamic entries saved as run at the start; statics configured, which the
+        first leader writes at the start (first due one interval after it)."""
         created = self.scenario.start
+        statics = {}
         for case in self.scenario.cases:
+            if case.static:
+                statics[case.name] = {"task": TASK, "schedule": case.schedule(self.app),
+                                      **case.policy}
+                continue
             RedBeatSchedulerEntry(
                 case.name, TASK, case.schedule(self.app), app=self.app,
                 last_run_at=None if case.never_ran else created, **case.policy,
             ).save()
+        self.app.conf.beat_schedule = statics
 
     def next_score(self) -> float | None:
         found = self.client.zrangebyscore(self.schedule_key, 0, "+inf", start=0, num=1,
