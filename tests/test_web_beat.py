@@ -94,6 +94,27 @@ def test_run_now_from_the_entry_page_dispatches_it(stack: Stack, page: Any) -> N
     assert len(stack.sent("hourly")) == 1
 
 
+def test_editing_an_entry_validates_and_the_beat_follows_it(stack: Stack, page: Any) -> None:
+    RedBeatSchedulerEntry("edited", "beatapp.record", 3600.0, args=[1], app=stack.app).save()
+    page.goto(stack.web.url + "/entry?name=edited")
+    assert page.input_value("input[name=schedule]") == "1h"
+    page.select_option("select[name=kind]", "cron")
+    page.fill("input[name=schedule]", "61 * * * *")  # no minute 61
+    page.click("#save")
+    assert "not saved" in page.inner_text(".flash")
+    assert manage.get_entry(stack.app, "edited").entry.schedule.run_every.total_seconds() \
+        == 3600
+    page.fill("textarea[name=args]", '["edited", 2]')
+    page.select_option("select[name=kind]", "every")
+    page.fill("input[name=schedule]", "1s")
+    page.click("#save")
+    assert "saved edited" in page.inner_text(".flash")
+    entry = manage.get_entry(stack.app, "edited").entry
+    assert entry.args == ["edited", 2] and entry.schedule.run_every.total_seconds() == 1
+    wait_until(lambda: len(stack.sent("edited")) >= 2, 15, "the edited schedule to run")
+    page.click("#action-disable")  # quiet again for the metrics test
+
+
 def test_the_nodes_page_shows_the_leader_and_its_heartbeat(stack: Stack, page: Any) -> None:
     page.goto(stack.web.url + "/nodes")
     assert "lock expires in" in page.inner_text("#leader")
@@ -168,10 +189,11 @@ def test_metrics_match_the_dispatches_in_the_broker(stack: Stack, page: Any) -> 
     web = scrape(stack.web.url + "/metrics")
     assert web[("redbeat_schedule_up", ())] == 1
     assert web[("redbeat_leader_present", ())] == 1
-    # hourly, the burst and Celery's own backend_cleanup are scheduled; every-second
-    # (disabled) and broken are parked
+    # hourly, the burst and Celery's own backend_cleanup are scheduled; every-second,
+    # edited (disabled) and broken are parked
     assert web[("redbeat_entries", (("state", "scheduled"),))] == client.zcount(
         "redbeat::schedule", "(0", "+inf") >= BURST + 1
-    assert web[("redbeat_entries", (("state", "parked"),))] == 2
+    assert web[("redbeat_entries", (("state", "parked"),))] == client.zcount(
+        "redbeat::schedule", -1, -1) == 3
     assert web[("redbeat_quarantined_entries", ())] == 1
     assert beat[("redbeat_quarantined_entries", ())] == 1

@@ -19,17 +19,28 @@ from flask import Blueprint, abort, current_app, flash, redirect, render_templat
 from werkzeug.wrappers import Response
 
 from .. import browse, manage
-from ..cli import describe
 from ..connection import redact
 from ..entry import InvalidEntry
 from ..failures import read_failures
 from ..keys import MISFIRES
 from ..lock import Holder
+from ..schedule_text import (
+    as_options,
+    describe,
+    parse_cron,
+    parse_every,
+    parse_rrule,
+    parse_time,
+    parse_zone,
+)
+from ..schedules import clocked
 from ..settings import ensure_conf
 from .security import WebSettings
 
 blueprint = Blueprint("redbeat", __name__)
 ACTIONS = ("enable", "disable", "run", "delete")
+#: The schedule kinds the edit form writes, as the CLI's ``add`` options name them.
+SCHEDULE_KINDS = ("every", "cron", "rrule", "at")
 #: Timeline bar chart geometry (pixels): one bar per minute.
 CHART_HEIGHT, BAR_WIDTH = 160, 1
 
@@ -183,7 +194,21 @@ def _definition(info: manage.EntryInfo) -> dict[str, Any]:
         "last_run": when(entry.last_run_at if entry.total_run_count else None),
         "next_runs": [when(moment, zone) for moment in runs], "short": short,
         "policy": _json_text(policy) if policy else "defaults",
+        "form": _edit_form(entry),
     }
+
+
+def _edit_form(entry: Any) -> dict[str, str] | None:
+    """The edit form's values: the task, the arguments as JSON, and the schedule in the
+    CLI's syntax (None for a schedule the form cannot write, such as solar)."""
+    options = as_options(entry.schedule)
+    if not options:
+        return None
+    given = dict(zip(options[0::2], options[1::2], strict=True))
+    kind = options[0][2:]
+    return {"task": str(entry.task), "args": json.dumps(entry.args or []),
+            "kwargs": json.dumps(entry.kwargs or {}), "kind": kind,
+            "schedule": given[options[0]], "zone": given.get("--tz", "")}
 
 
 @blueprint.route("/entry")
@@ -203,7 +228,7 @@ def entry_page() -> str:
         misfires=_raw_json(info.fields.get(MISFIRES)) if info.fields.get(MISFIRES) else None,
         changed=_raw_json(info.fields.get("changed")),
         raw=_raw_json(info.fields.get("definition")) if info.entry is None else None,
-        actions=ACTIONS,
+        actions=ACTIONS, kinds=SCHEDULE_KINDS,
     )
 
 
@@ -229,6 +254,60 @@ def entry_action() -> Response:
     except InvalidEntry as exc:
         flash(f"cannot {action} {name}: {exc.reason}")
     return redirect("/entry?" + urlencode({"name": name}))
+
+
+def _json_field(name: str, kind: type) -> Any:
+    text = request.form.get(name, "")
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{name}: not JSON ({exc})") from None
+    if not isinstance(value, kind):
+        raise ValueError(f"{name}: must be a JSON {'list' if kind is list else 'object'}")
+    return value
+
+
+def _schedule_field() -> Any:
+    kind, text = request.form.get("kind", ""), request.form.get("schedule", "").strip()
+    zone = parse_zone(request.form.get("zone", "").strip() or None, "zone")
+    if kind == "every":
+        return parse_every(text)
+    if kind == "cron":
+        return parse_cron(text, zone)
+    if kind == "rrule":
+        return parse_rrule(text, zone)
+    if kind == "at":
+        return clocked(parse_time(text, zone, "at"))
+    raise ValueError(f"schedule kind must be one of {', '.join(SCHEDULE_KINDS)}")
+
+
+@blueprint.route("/entry/edit", methods=["POST"])
+def entry_edit() -> Response:
+    """Change the task, the arguments and the schedule, validated as the CLI's ``edit``
+    validates them; a mistake is shown and nothing is written."""
+    app = _context().celery_app
+    name = request.form.get("name", "")
+    back = redirect("/entry?" + urlencode({"name": name}))
+    try:
+        info = manage.get_entry(app, name)
+    except KeyError:
+        abort(404, f"no entry named {name!r}")
+    if info.static:
+        flash(f"not saved: {name!r} comes from beat_schedule, which a beat writes back "
+              "when it takes the lead: change it there")
+        return back
+    try:
+        task = request.form.get("task", "").strip()
+        if not task:
+            raise ValueError("task: the task name is empty")
+        manage.edit_entry(app, name, changed_by="web", task=task,
+                          args=_json_field("args", list),
+                          kwargs=_json_field("kwargs", dict), schedule=_schedule_field())
+    except (ValueError, InvalidEntry) as exc:
+        flash(f"not saved: {exc}")
+        return back
+    flash(f"saved {name}")
+    return back
 
 
 @blueprint.app_errorhandler(404)
