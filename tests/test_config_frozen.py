@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from redbeat import RedBeatScheduler
 from redbeat.settings import (
     DEFAULT_BATCH_SIZE,
     SETTINGS,
@@ -59,3 +60,17 @@ def test_every_table_row_names_an_attribute_and_its_default_holds_without_an_app
 def test_an_explicit_zero_history_is_kept_not_replaced_by_the_default(fake_app):
     fake_app.conf.redbeat_history_length = 0
     assert RedBeatConfig(fake_app).history_length == 0
+
+
+def test_the_schedulers_overrides_are_its_own_checked_copy(app):
+    scheduler = RedBeatScheduler(app, lock_key="custom-lock", lock_timeout=30)
+    try:
+        assert (scheduler.config.lock_key, scheduler.lock_timeout) == ("custom-lock", 30.0)
+        assert (app.redbeat_conf.lock_key, app.redbeat_conf.lock_timeout) == (
+            "redbeat::lock", None)  # the app's config, shared, is untouched
+        scheduler.lock_timeout = None  # the setting's again: five polls
+        assert scheduler.lock_timeout == 5.0 and scheduler.lock.timeout == 5.0
+    finally:
+        scheduler.close()
+    with pytest.raises(SystemExit, match="redbeat_lock_timeout='soon' is not a number"):
+        RedBeatScheduler(app, lock_timeout="soon")

@@ -16,6 +16,7 @@ released or expires. A lost lock or an unreachable Redis never ends the process 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -153,8 +154,14 @@ class RedBeatScheduler(Scheduler):
         monotonic: Callable[[], float] = time.monotonic,
         **kwargs: Any,
     ) -> None:
+        # Arguments override the settings in this scheduler's own checked copy of the
+        # config (the app's is shared). An argument, or an assignment below, names the
+        # lock key as is, as in 2.4.2; only the setting gets the prefix prepended.
+        overrides: dict[str, Any] = {"lock_key": lock_key} if lock_key else {}
+        if lock_timeout is not None:
+            overrides["lock_timeout"] = lock_timeout
         try:
-            self.config: RedBeatConfig = ensure_conf(app)
+            self.config: RedBeatConfig = dataclasses.replace(ensure_conf(app), **overrides)
         except SettingError as exc:  # one line naming each bad setting, not a traceback
             raise SystemExit(f"beat: {exc}") from None
         self.clock = clock
@@ -162,12 +169,6 @@ class RedBeatScheduler(Scheduler):
         self.monotonic = monotonic
         self.node_id = node_name()
         self.lock: Lease | None = None
-        self._lock_key = self.config.lock_key
-        self._lock_timeout = lock_timeout
-        if lock_key:
-            # an argument (or an assignment below) names the key as is, as in 2.4.2;
-            # only the setting gets the prefix prepended
-            self._lock_key = lock_key
         self.leading = False
         self._standby_holder: str | None = None
         self._redis_down = False
@@ -183,38 +184,41 @@ class RedBeatScheduler(Scheduler):
         """Rebuild ``lock`` after the key or timeout changed, keeping this node's token
         (a scheduler holding the lease must still recognise its own)."""
         token = self.lock.token if self.lock is not None else None
-        if not self._lock_key:
+        if not self.config.lock_key:
             self.lock = None
             return
-        timeout = self.config.lease_timeout(self._lock_timeout)
-        self.lock = Lease(self.store, self._lock_key, timeout, token, sleep=self.poll_interval)
+        timeout = self.config.lease_timeout()
+        self.lock = Lease(self.store, self.config.lock_key, timeout, token,
+                          sleep=self.poll_interval)
         self.node_id = self.lock.token
 
     @property
     def lock_key(self) -> str | None:
-        return self._lock_key
+        return self.config.lock_key
 
     @lock_key.setter
     def lock_key(self, value: str | None) -> None:
-        self._lock_key = value or None
+        self.config = dataclasses.replace(self.config, lock_key=value or None)
         self._new_lease()
 
     @property
     def lock_timeout(self) -> float:
         """The lease timeout in force (seconds)."""
-        return self.config.lease_timeout(self._lock_timeout)
+        return self.config.lease_timeout()
 
     @lock_timeout.setter
     def lock_timeout(self, value: float | None) -> None:
-        self._lock_timeout = value
+        """None: the setting's timeout again."""
+        timeout = ensure_conf(self.app).lock_timeout if value is None else value
+        self.config = dataclasses.replace(self.config, lock_timeout=timeout)
         self._new_lease()
 
     def _lease(self) -> Lease | None:
         """The lease a tick runs under; None when locking is disabled."""
-        if self._lock_key and self.lock is None:
+        if self.config.lock_key and self.lock is None:
             # A lock key with no lease (2.4.2 code sets ``lock = None`` when it could not
             # take the lock): leading unfenced could double-send, so refuse.
-            raise AttributeError(f"scheduler.lock is None while lock_key {self._lock_key!r} "
+            raise AttributeError(f"scheduler.lock is None while lock_key {self.config.lock_key!r} "
                                  "is set; assign a lock key again to rebuild the lease")
         if self.lock is not None and not isinstance(self.lock, Lease):
             # a redis-py Lock put here by code written for 2.4.2 (its beat_init handler
@@ -240,7 +244,7 @@ class RedBeatScheduler(Scheduler):
             self.store.retry.outage.failed(exc, quiet=not is_auth_error(exc))
             self._redis_down = True  # checked, and "Redis is back" logged, when it answers
             return
-        if not self._lock_key:
+        if not self.config.lock_key:
             self.sync_statics(datetime.fromtimestamp(self.clock(), tz=timezone.utc))
 
     def _check_server(self) -> None:

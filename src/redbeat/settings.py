@@ -425,16 +425,16 @@ class RedBeatConfig:
                 self._logged.add(message)
                 logger.warning("beat: %s", message)
 
-    def lease_timeout(self, requested: float | None = None) -> float:
-        """The lock timeout in force: ``requested`` (a scheduler argument), else the
-        setting, else :data:`LEASE_POLLS` poll intervals.
+    def lease_timeout(self) -> float:
+        """The lock timeout in force: the setting (or the scheduler's override of it in
+        its copy), else :data:`LEASE_POLLS` poll intervals.
 
         The leader extends the lock at least once per poll interval (and between
         batches of a long tick); three missed extensions in a row must not be enough to
         lose it, or a slow Redis reply hands leadership around for nothing, so a shorter
         timeout is raised to that floor (with a warning).
         """
-        timeout = requested or self.lock_timeout or self.poll_interval * LEASE_POLLS
+        timeout = self.lock_timeout or self.poll_interval * LEASE_POLLS
         floor = self.poll_interval * 3 + 1
         if timeout < floor:
             self.notice(f"redbeat_lock_timeout={timeout:g}s is too close to the "
