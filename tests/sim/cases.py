@@ -93,6 +93,19 @@ def one_off(name: str, run_at: datetime, **policy: Any) -> Case:
                 lambda span: [run_at] if run_at <= span.end else [], policy, never_ran=True)
 
 
+def created_on_a_match(name: str, cron: Cron, created: datetime) -> Case:
+    """A crontab saved without ``last_run_at`` by a clock that reads exactly one of its
+    matching minutes: it counts as run then, so its first run is the next match."""
+    return Case(
+        name,
+        lambda app: celery_schedules.crontab(cron.minute, cron.hour, cron.day_of_week,
+                                             cron.day_of_month, cron.month_of_year, app=app,
+                                             nowfun=lambda: created),
+        lambda span: cron_runs(cron, span.zones(span.app_zone), span.created, span.end),
+        never_ran=True,
+    )
+
+
 def solar(name: str, event: str, lat: float, lon: float) -> Case:
     return Case(name, lambda app: celery_schedules.solar(event, lat, lon, app=app),
                 lambda span: solar_runs(event, lat, lon, span.created, span.end),
@@ -192,6 +205,7 @@ def seconds_cases(start: datetime) -> list[Case]:
         windowed_interval("window-jitter-8s", 8, start + timedelta(minutes=12),
                           start + timedelta(minutes=20), jitter=3.0),
         one_off("clocked-jitter", start + timedelta(minutes=4, seconds=3), jitter=20.0),
+        created_on_a_match("cron-created-on-match", Cron(minute="*/5"), start),
         static(interval("jitter-10s", 10, jitter=2.0)),
         static(interval("grace-13s", 13, misfire_grace_time=30)),
     ]

@@ -51,7 +51,8 @@ class Case:
     #: The oracle's runs of that schedule (window applied).
     runs: Callable[[Span], list[datetime]]
     policy: dict[str, Any] = field(default_factory=dict)
-    #: Saved as never run (a one-off): its first due time is its own.
+    #: Saved without ``last_run_at``: a one-off's first due time is its own; any other
+    #: schedule counts as run when created, by its own clock (``nowfun``).
     never_ran: bool = False
     #: Solar events: a sent slot matches an oracle run this close (seconds).
     tolerance: float = 0.0
