@@ -243,3 +243,32 @@ def test_jitter_neither_pushes_an_entry_back_nor_parks_it_unrun(app, meta):
     assert sent["plain"] == [10, 20, 30, 40, 50, 60]
     assert sent["windowed"] == [10, 20, 30, 40]
     assert client.zscore("redbeat::schedule", "redbeat:windowed") == -1
+
+
+def _seconds_after(base: datetime, *offsets: float) -> list[datetime]:
+    return [base + timedelta(seconds=offset) for offset in offsets]
+
+
+BASE = datetime(2027, 6, 1, 9, 0, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(("every", "now", "rules", "expected", "dropped"), [
+    # an interval that does not divide a minute: the runs kept are its own (found by the
+    # simulator: the tail was walked from latest - 60 s, off the chain, and stayed off)
+    (11.0, 380.3, {"coalesce": False, "max_catch_up": 4}, (341, 352, 363, 374), 31),
+    (11.0, 380.3, {}, (374,), 0),
+    (7.0, 3 * 3600 + 0.5, {"coalesce": False, "max_catch_up": 2}, (10787, 10794), 1541),
+    # a catch-up after the window closed runs the window's last slot, never one past it
+    (60.0, 600.0, {"end_time": BASE + timedelta(seconds=250)}, (240,), 0),
+    (60.0, 600.0, {"end_time": BASE + timedelta(seconds=250), "coalesce": False,
+                   "max_catch_up": 2}, (180, 240), 3),
+], ids=["bounded-11s", "coalesced-11s", "bounded-7s-hours", "coalesced-past-end",
+        "bounded-past-end"])
+def test_missed_slots_are_the_entrys_own_runs_inside_its_window(every, now, rules, expected,
+                                                              dropped):
+    from celery.schedules import schedule
+
+    policy = EntryPolicy(**rules)
+    slots, skipped = policy.missed(schedule(timedelta(seconds=every)), BASE,
+                                   BASE + timedelta(seconds=now))
+    assert (slots, skipped) == (_seconds_after(BASE, *expected), dropped)

@@ -22,17 +22,8 @@ from support.redis_server import RedisServer
 
 SCENARIOS = {scenario.name: scenario for scenario in fast_profile()}
 
-BOUNDED_GRID = ("issue 12, found by the simulator: bounded catch-up (coalesce=False) of an "
-                "interval walks from latest - 60 s, off the interval's grid, and stays off it")
-WINDOW_END = ("issue 12, found by the simulator: a coalesced catch-up after downtime sends a "
-              "slot past the entry's end_time (latest_slot ignores the window)")
-
-#: (scenario, case) -> why it still mismatches.
-KNOWN: dict[tuple[str, str], str] = {
-    ("seconds-utc", "catch-up-11s"): BOUNDED_GRID,
-    ("seconds-kolkata", "catch-up-11s"): BOUNDED_GRID,
-    ("seconds-utc", "window-9s"): WINDOW_END,
-}
+#: (scenario, case) -> why it still mismatches (an issue item): marked xfail(strict).
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def params() -> list[object]:

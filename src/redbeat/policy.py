@@ -122,7 +122,10 @@ class EntryPolicy:
 
         Coalescing runs only the latest slot, in place of all the missed ones (they are
         not counted as skipped); otherwise the latest ``max_catch_up`` run and the older
-        ones are skipped."""
+        ones are skipped. Slots after ``end_time`` are none of them: a catch-up after
+        the window closed runs the window's last slot."""
+        if self.end_time is not None:
+            now = min(now, utc(self.end_time))
         latest = latest_slot(schedule, due, now)
         if self.coalesce or latest == due:
             return [latest], 0
@@ -131,9 +134,9 @@ class EntryPolicy:
         # max_catch_up runs (or reaches the first missed one).
         for window in (60, 3600, 86400, 32 * 86400, 400 * 86400, None):
             start = due if window is None else max(due, latest - timedelta(seconds=window))
-            first = due if start == due else first_due(schedule, start)
-            if first is None:
-                continue
+            # the entry's own run at or before the window's start: an interval's runs
+            # are a chain from ``due``, which a run "at or after start" would leave
+            first = due if start == due else latest_slot(schedule, due, start)
             kept: deque[datetime] = deque(slots_between(schedule, first, latest,
                                                         limit=COUNT_LIMIT),
                                           maxlen=self.max_catch_up)
