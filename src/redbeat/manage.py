@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal
 
 from celery import Celery
 
@@ -44,6 +44,14 @@ PAGE = 500
 #: Records of the history stream ``get_entry`` looks through at most for one entry's
 #: dispatches (newest first; the whole stream at its default length).
 HISTORY_SCAN = 100_000
+
+
+#: Where an entry stands, as stored.
+EntryState = Literal["quarantined", "disabled", "unscheduled", "finished", "enabled"]
+#: What list/show/status say: the stored state, or ``failing`` for an enabled entry whose
+#: last dispatch was refused.
+ShownState = Literal["quarantined", "disabled", "unscheduled", "finished", "enabled",
+                     "failing"]
 
 
 @dataclass
@@ -79,7 +87,7 @@ class EntryInfo:
         return datetime.fromtimestamp(self.score, tz=timezone.utc)
 
     @property
-    def state(self) -> str:
+    def state(self) -> EntryState:
         if self.quarantine or self.error:
             return "quarantined"
         if self.entry is not None and not self.entry.enabled:
@@ -91,7 +99,7 @@ class EntryInfo:
         return "enabled"
 
     @property
-    def shown_state(self) -> str:
+    def shown_state(self) -> ShownState:
         """:attr:`state`, or ``failing`` for an enabled entry whose last dispatch Celery
         or the broker refused (no slot has gone out since): such a run was claimed and
         counted, and must not pass for a success."""
