@@ -88,7 +88,7 @@ class Lease:
 
     def renew(self) -> bool:
         """Push the expiry back to the full timeout if this node holds the lease."""
-        return self.store.extend_lock(self.name, self.token, self.timeout_ms)
+        return self.store.extend_lock(self)
 
     def acquire(self, blocking: bool | None = None, blocking_timeout: float | None = None,
                 token: str | None = None, sleep: float | None = None) -> bool:
@@ -97,8 +97,7 @@ class Lease:
         if token is not None:
             self.token = token
         deadline = None if blocking_timeout is None else time.monotonic() + blocking_timeout
-        while not (self.renew() or self.store.take_lock(self.name, self.token,
-                                                        self.timeout_ms)):
+        while not (self.renew() or self.store.take_lock(self)):
             if blocking is False or (deadline is not None and time.monotonic() >= deadline):
                 return False
             time.sleep(self.sleep if sleep is None else sleep)
@@ -108,7 +107,7 @@ class Lease:
         """Set the remaining time to ``additional_time`` seconds (default: the timeout);
         LockNotOwnedError when another node holds the lease, as redis-py raises."""
         ms = self.timeout_ms if additional_time is None else int(additional_time * 1000)
-        if not self.store.extend_lock(self.name, self.token, ms):
+        if not self.store.extend_lock(self, ms):
             raise LockNotOwnedError("Cannot extend a lock that's no longer owned",
                                     lock_name=self.name)
         return True
@@ -117,7 +116,7 @@ class Lease:
         return self.extend()
 
     def release(self) -> None:
-        if not self.store.release_lock(self.name, self.token):
+        if not self.store.release_lock(self):
             raise LockNotOwnedError("Cannot release a lock that's no longer owned",
                                     lock_name=self.name)
 

@@ -872,8 +872,7 @@ class RedBeatScheduler(Scheduler):
 
         def attempt() -> None:
             try:
-                outcome.append(self.store.farewell(lock.name if lock else None,
-                                                   lock.token if lock else "", self.node_id))
+                outcome.append(self.store.farewell(lock, self.node_id))
             except BaseException as exc:
                 outcome.append(exc)
 

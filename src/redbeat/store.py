@@ -269,27 +269,30 @@ class ScheduleStore:
 
     # -- the lock ------------------------------------------------------------------------
 
-    def take_lock(self, lock_key: str, token: str, lock_timeout_ms: int) -> bool:
-        """Set the lock to ``token`` if nobody holds it."""
-        return bool(self.retry.call(
-            lambda: self.client.set(lock_key, token, nx=True, px=lock_timeout_ms)))
+    def take_lock(self, lease: Lease) -> bool:
+        """Set the lock to the lease's token if nobody holds it."""
+        return bool(self.retry.call(lambda: self.client.set(
+            lease.name, lease.token, nx=True, px=lease.timeout_ms)))
 
-    def extend_lock(self, lock_key: str, token: str, lock_timeout_ms: int) -> bool:
-        return bool(self._run("extend", [lock_key], [token, lock_timeout_ms]))
+    def extend_lock(self, lease: Lease, timeout_ms: int | None = None) -> bool:
+        """Set the lock's remaining time (default: the lease's timeout) if the lease
+        holds it."""
+        ms = lease.timeout_ms if timeout_ms is None else timeout_ms
+        return bool(self._run("extend", [lease.name], [lease.token, ms]))
 
-    def release_lock(self, lock_key: str, token: str) -> bool:
-        return bool(self._run("release", [lock_key], [token]))
+    def release_lock(self, lease: Lease) -> bool:
+        return bool(self._run("release", [lease.name], [lease.token]))
 
-    def farewell(self, lock_key: str | None, token: str, node_id: str) -> bool:
-        """Release the lock (when ``lock_key`` is given and ``token`` holds it) and drop
-        this node's heartbeat; returns whether the lock was released.
+    def farewell(self, lease: Lease | None, node_id: str) -> bool:
+        """Release the lock (when a lease is given and holds it) and drop this node's
+        heartbeat; returns whether the lock was released.
 
         One attempt, outside the retry policy, unlike every other call here: it runs at
         shutdown, where ten seconds of retries would outlast a supervisor's grace period,
         and a lock nobody releases expires by itself anyway."""
         released = False
-        if lock_key is not None:
-            released = bool(self._scripts["release"](keys=[lock_key], args=[token]))
+        if lease is not None:
+            released = bool(self._scripts["release"](keys=[lease.name], args=[lease.token]))
         self.client.hdel(self.keys.nodes, node_id)
         return released
 
