@@ -160,3 +160,27 @@ def test_a_static_whose_next_run_cannot_be_found_is_skipped_and_the_others_synce
     assert client.exists("redbeat:fine") and not client.exists("redbeat:never")
     assert scheduler.leading
     scheduler.close()
+
+
+@pytest.mark.parametrize("policy", ['{"ttl": 1e17}', '{"ttl": Infinity}', '{"jitter": 1e12}',
+                                    '{"jitter": NaN}', '{"misfire_grace_time": NaN}'])
+def test_a_policy_beyond_any_meaning_is_quarantined_and_the_others_run(app, policy):
+    """A finished entry's ttl of 1e17 s reached commit.lua's EXPIRE, which Redis refused:
+    the whole commit failed and beat stood by, sending nothing, on every tick."""
+    now = [T0]
+    save(app, "good")
+    client = get_redis(app)
+    ended = '"end_time": {"__type__": "datetime", "year": 2020, "month": 1, "day": 1, ' \
+        '"hour": 0, "minute": 0, "second": 0, "microsecond": 0, "timezone": "UTC"}'
+    client.hset("redbeat:bad", mapping={
+        "definition": json.dumps({"name": "bad", "task": "tasks.x",
+                                  "schedule": {"__type__": "interval", "every": 10.0}}),
+        "policy": policy[:-1] + ", " + ended + "}"})
+    client.zadd("redbeat::schedule", {"redbeat:bad": T0 - 5})
+    scheduler = leading(app, now)
+    for step in range(3):
+        now[0] = T0 + 10 * step
+        scheduler.tick()
+    assert [name for name, _ in scheduler.sent] == ["good"] * 3
+    assert "policy" in json.loads(client.hget("redbeat:bad", "quarantine"))["reason"]
+    assert client.zscore("redbeat::schedule", "redbeat:bad") == -1

@@ -29,6 +29,10 @@ NO_DELAY = timedelta()
 #: when they have to be walked (intervals and simple rrules are counted by arithmetic):
 #: a crontab walks about 10 µs a run, so the count costs a tick at most about a second.
 COUNT_LIMIT = 100_000
+#: The most seconds a grace, jitter or ttl may be (about 100 years). A larger one is
+#: no policy anybody means, and it breaks the arithmetic: a jittered send time past
+#: year 9999, or an EXPIRE Redis refuses, which failed the whole tick's commit.
+MAX_SECONDS = 100 * 365 * 86400
 
 
 @dataclass(frozen=True)
@@ -50,8 +54,10 @@ class EntryPolicy:
         for name in ("misfire_grace_time", "jitter", "ttl"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or
-                                      not isinstance(value, (int, float)) or value < 0):
-                raise ValueError(f"policy {name!r} must be a number of seconds >= 0")
+                                      not isinstance(value, (int, float)) or
+                                      not 0 <= value <= MAX_SECONDS):  # NaN too
+                raise ValueError(f"policy {name!r} must be a number of seconds "
+                                 f"from 0 to {MAX_SECONDS}")
         if not isinstance(self.coalesce, bool):
             raise ValueError("policy 'coalesce' must be true or false")
         if isinstance(self.max_catch_up, bool) or not isinstance(self.max_catch_up, int) \
