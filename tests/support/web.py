@@ -131,7 +131,7 @@ def write_entries(app: Celery, entries: list[tuple[str, str, float, dict[str, An
     changes)`` where ``changes`` may set ``enabled``, ``args``, ``every`` (seconds) and
     ``runs`` (a last run ``runs`` intervals ago). A definition is encoded once per
     distinct shape and copied with the name and task substituted; each chunk is one
-    transaction."""
+    script call (atomic, as a transaction would be)."""
     keys = ensure_conf(app).keys
     store = store_for(app)
     templates: dict[tuple[float, bool, str], str] = {}
@@ -140,13 +140,13 @@ def write_entries(app: Celery, entries: list[tuple[str, str, float, dict[str, An
     def definition(name: str, task: str, changes: dict[str, Any]) -> str:
         every, enabled = float(changes.get("every", 60.0)), bool(changes.get("enabled", True))
         args = changes.get("args", [])
-        shape = (every, enabled, json.dumps(args))
+        shape = (every, enabled, repr(args))
         if shape not in templates:
             templates[shape] = RedBeatSchedulerEntry(
                 NAME_MARK, TASK_MARK, every, args=args, app=app,
                 enabled=enabled).definition_json()
-        return templates[shape].replace(json.dumps(NAME_MARK), json.dumps(name)).replace(
-            json.dumps(TASK_MARK), json.dumps(task))
+        return templates[shape].replace(NAME_JSON, json.dumps(name)).replace(
+            TASK_JSON, json.dumps(task))
 
     def meta(changes: dict[str, Any]) -> str:
         runs = int(changes.get("runs", 0))
@@ -155,16 +155,23 @@ def write_entries(app: Celery, entries: list[tuple[str, str, float, dict[str, An
         last = time.time() - float(changes.get("every", 60.0)) * runs
         return meta_json(datetime.fromtimestamp(last, tz=timezone.utc), runs)
 
+    load = store.client.register_script(LOAD_ENTRIES)
     for at in range(0, len(entries), chunk):
-        part = entries[at:at + chunk]
-        rows = [(keys.entry(name), definition(name, task, changes), meta(changes), score)
-                for name, task, score, changes in part]
+        rows = [[keys.entry(name), definition(name, task, changes), meta(changes), repr(score)]
+                for name, task, score, changes in entries[at:at + chunk]]
+        load(keys=[keys.schedule], args=[json.dumps(rows, ensure_ascii=False)])
 
-        def build(pipe: Any, rows: list[tuple[str, str, str, float]] = rows) -> None:
-            for key, text, meta_text, _ in rows:
-                pipe.hset(key, mapping={"definition": text, "meta": meta_text})
-            pipe.zadd(keys.schedule, {key: score for key, _, _, score in rows})
-        store.write_batch(build)
+
+#: Writes entries as save() stores them (definition, meta, schedule score) from one JSON
+#: text per chunk: packing a hundred thousand commands in redis-py costs seconds, while
+#: one JSON text parses in C on both sides.
+LOAD_ENTRIES = """
+for _, row in ipairs(cjson.decode(ARGV[1])) do
+  redis.call('HSET', row[1], 'definition', row[2], 'meta', row[3])
+  redis.call('ZADD', KEYS[1], row[4], row[1])
+end
+"""
 
 
 NAME_MARK, TASK_MARK = "@@name@@", "@@task@@"
+NAME_JSON, TASK_JSON = json.dumps(NAME_MARK), json.dumps(TASK_MARK)
