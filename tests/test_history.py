@@ -159,3 +159,24 @@ def test_a_partial_ring_without_its_first_field_still_shows(redis_server):
     run(scheduler, clock, 1)
     tasks = [record["task_id"] for record in get_entry(app, "partial").history]
     assert tasks == [f"partial:{round(T0 * 1000)}", f"partial:{round((T0 - 10) * 1000)}"]
+
+
+def test_another_type_at_the_stream_key_stops_neither_beat_nor_show_nor_the_web(redis_server):
+    """Another client's string at ``<prefix>:history``: beat keeps sending (the record is
+    advisory), and ``show`` and the entry page show the entry and say why its history is
+    missing (``show`` failed with the Redis error, exit 1)."""
+    from redbeat.web import create_app
+
+    app = make_app(redis_server.url)
+    get_redis(app).set(HISTORY, "not a stream")
+    RedBeatSchedulerEntry("steady", "tasks.x", 10.0, app=app, last_run_at=at(-10)).save()
+    clock = Clock()
+    scheduler = leader(app, clock)
+    run(scheduler, clock, 2)
+    assert [name for name, _ in scheduler.sent] == ["steady", "steady"]
+    assert "recent dispatches: (history stream unreadable: redbeat::history: WRONGTYPE" \
+        in show(redis_server.url, "steady")
+    page = create_app(app).test_client().get("/entry?name=steady",
+                                              headers={"Host": "127.0.0.1"})
+    assert page.status_code == 200
+    assert "history stream unreadable" in page.get_data(as_text=True)

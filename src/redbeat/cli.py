@@ -483,6 +483,8 @@ def _show_dispatches(info: manage.EntryInfo, zone: tzinfo) -> None:
     """Recent dispatches, the refused ones marked, then the failures themselves."""
     failures = read_failures(info.fields)
     failed = failures.task_ids() if failures else {}
+    if info.history_error:
+        click.echo(f"recent dispatches: ({info.history_error})")
     if info.history:
         click.echo("recent dispatches:")
         for record in info.history:

@@ -38,7 +38,7 @@ from .keys import (
 )
 from .planning import Claim, pending_message
 from .settings import ensure_conf
-from .store import Row, ScheduleStore
+from .store import HistoryUnreadable, Row, ScheduleStore
 
 PAGE = 500
 #: Records of the history stream ``get_entry`` looks through at most for one entry's
@@ -69,6 +69,8 @@ class EntryInfo:
     #: 8601), ``node``. Read by :func:`get_entry` only (from the fleet's history stream
     #: and an older release's ``history:<i>`` fields); listings leave it empty.
     history: list[dict[str, Any]] = field(default_factory=list)
+    #: why the history stream could not be read (get_entry only; the entry is still shown)
+    history_error: str | None = None
 
     @property
     def quarantine(self) -> str | None:
@@ -284,8 +286,11 @@ def get_entry(app: Celery, name: str) -> EntryInfo:
         raise EntryNotFound(name)
     info = entry_info(app, key, score, fields, {name} if static else set())
     want = config.history_length
-    found = [stream_record(record_id, record)
-             for record_id, record in store.history(key, want, HISTORY_SCAN)] if want > 0 else []
+    try:
+        found = [stream_record(record_id, record) for record_id, record
+                 in store.history(key, want, HISTORY_SCAN)] if want > 0 else []
+    except HistoryUnreadable as exc:
+        found, info.history_error = [], f"history stream unreadable: {exc}"
     info.history = newest_first(found + legacy_history(fields), want)
     return info
 

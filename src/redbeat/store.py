@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from .batch import Op, Row, definition_sha1
 from .failures import RECENT as RECENT_FAILURES
@@ -78,6 +78,11 @@ class StaticWrite:
     score: float
     changed: str
     policy: str | None = None  # the ``policy`` field; None: none (an old one is removed)
+
+
+class HistoryUnreadable(Exception):
+    """The history stream cannot be read (another client wrote another type at its key,
+    or the ACL user lacks XREVRANGE)."""
 
 
 class LockLost(Exception):
@@ -450,7 +455,15 @@ class ScheduleStore:
                 page: int = 1000) -> list[tuple[str, dict[str, str]]]:
         """The newest ``want`` records of the entry at ``key`` in the history stream, newest
         first, as (record id, fields): the stream read backwards a page at a time (one
-        round trip each), through at most ``scan`` records."""
+        round trip each), through at most ``scan`` records. HistoryUnreadable when Redis
+        refuses the read: the history is advisory, the entry itself still readable."""
+        try:
+            return self._history(key, want, scan, page)
+        except ResponseError as exc:  # another type at the key, or no XREVRANGE in the ACL
+            raise HistoryUnreadable(f"{self.keys.history}: {exc}") from exc
+
+    def _history(self, key: str, want: int, scan: int,
+                 page: int) -> list[tuple[str, dict[str, str]]]:
         def read_page(first: str, count: int) -> list[tuple[str, dict[str, str]]]:
             return self.retry.call(
                 lambda: self.client.xrevrange(self.keys.history, first, "-", count=count))
