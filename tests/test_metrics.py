@@ -88,3 +88,17 @@ def test_an_inert_recorder_holds_nothing() -> None:
     recorder.dispatched("sent")
     recorder.ticked(0.1, True)
     assert recorder.registry is None and not hasattr(recorder, "dispatches")
+
+
+def test_a_scrape_while_redis_is_away_answers_schedule_up_0_without_retrying() -> None:
+    import time
+
+    from conftest import make_app
+    from redbeat.metrics import schedule_registry
+
+    app = make_app("redis://127.0.0.1:1/0")  # nothing listens there
+    started = time.monotonic()
+    values = samples(schedule_registry(app))
+    assert values == {("redbeat_schedule_up", ()): 0.0}
+    # the scheduler's retry policy would have kept the scrape for its 10 s retry period
+    assert time.monotonic() - started < 5

@@ -507,12 +507,15 @@ class Status:
     eviction_policy: str | None
 
 
-def status(app: Celery, now: float | None = None, upcoming: int = 5) -> Status:
+def status(app: Celery, now: float | None = None, upcoming: int = 5,
+           store: ScheduleStore | None = None) -> Status:
     """Everything ``redbeat status`` shows, read in one round trip whatever the schedule
-    size (quarantine reasons for at most ``QUARANTINE_SAMPLE`` parked entries)."""
+    size (quarantine reasons for at most ``QUARANTINE_SAMPLE`` parked entries).
+    ``store``: another store of the app's schedule (the metrics read through one that
+    does not retry, so a scrape answers while Redis is away)."""
     keys = ensure_conf(app).keys
     now = time.time() if now is None else now
-    read = store_for(app).snapshot(now, upcoming, QUARANTINE_SAMPLE)
+    read = (store or store_for(app)).snapshot(now, upcoming, QUARANTINE_SAMPLE)
     holder, ttl, total, overdue = read["holder"], read["ttl"], read["total"], read["overdue"]
     oldest, following, parked, pending = (read["oldest"], read["following"], read["parked"],
                                           read["pending"])

@@ -16,12 +16,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from celery import Celery
 
     from .settings import RedBeatConfig
+    from .store import ScheduleStore
 
 logger = logging.getLogger("celery.beat")
 
@@ -111,13 +113,23 @@ class ScheduleCollector:
         self._quarantined: tuple[float, int] | None = None
         self._lock = threading.Lock()
 
-    def _count_quarantined(self) -> int:
+    @cached_property
+    def store(self) -> ScheduleStore:
+        """The app's schedule on the app's client, without the retry policy: a scrape
+        while Redis is away must answer ``redbeat_schedule_up 0`` within the scrape's
+        timeout, not retry for the scheduler's retry period."""
         from .entry import store_for
+        from .retry import RetryPolicy
+        from .store import ScheduleStore
 
+        shared = store_for(self.app)
+        return ScheduleStore(shared.client, shared.keys, RetryPolicy(retry_period=0))
+
+    def _count_quarantined(self) -> int:
         with self._lock:
             cached = self._quarantined
             if cached is None or time.monotonic() - cached[0] > QUARANTINE_CACHE:
-                cached = (time.monotonic(), store_for(self.app).count_quarantined())
+                cached = (time.monotonic(), self.store.count_quarantined())
                 self._quarantined = cached
             return cached[1]
 
@@ -129,7 +141,7 @@ class ScheduleCollector:
         up = GaugeMetricFamily("redbeat_schedule_up", "1 when the schedule could be read")
         try:
             now = time.time()
-            state = manage.status(self.app, now=now, upcoming=0)
+            state = manage.status(self.app, now=now, upcoming=0, store=self.store)
             quarantined = self._count_quarantined()
         except Exception as exc:  # a scrape must answer, whatever Redis does
             logger.warning("metrics: cannot read the schedule: %s", exc)
