@@ -4,7 +4,8 @@ schedule and (another database) the broker. Disabling an entry from its page sto
 dispatch, run now dispatches it, the timeline shows a burst, and the Prometheus
 counters match the messages the broker holds.
 
-The tests share one beat and run in order (each uses entries of its own)."""
+The tests share one beat (one per xdist worker) and each uses entries of its own, so
+they pass in any order and split across workers."""
 
 from __future__ import annotations
 
@@ -166,14 +167,19 @@ def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def test_metrics_match_the_dispatches_in_the_broker(stack: Stack, page: Any) -> None:
+    # dispatches of its own (the other tests may run in another worker), then quiet
+    RedBeatSchedulerEntry("metered", "beatapp.record", 1.0, app=stack.app).save()
+    wait_until(lambda: len(stack.sent("metered")) >= 3, 15, "three dispatches")
+    manage.set_enabled(stack.app, "metered", False)
     client = stack.redis.client()
     client.hset("redbeat:broken", mapping={"definition": "{not json", "meta": "{}"})
     client.zadd("redbeat::schedule", {"redbeat:broken": time.time()})
     wait_until(lambda: manage.get_entry(stack.app, "broken").quarantine is not None, 10,
                "the beat to quarantine the broken entry")  # (its state says so at once)
-    time.sleep(0.5)  # nothing is due now: the counters are at rest
+    time.sleep(1.0)  # nothing is due now (a slot claimed at the disable has gone out)
     beat = scrape(stack.metrics_url)
     in_broker = len(stack.cluster.queued_task_ids())
+
     def dispatches(outcome: str) -> float:
         return beat[("redbeat_dispatches_total", (("outcome", outcome),))]
 
@@ -189,11 +195,11 @@ def test_metrics_match_the_dispatches_in_the_broker(stack: Stack, page: Any) -> 
     web = scrape(stack.web.url + "/metrics")
     assert web[("redbeat_schedule_up", ())] == 1
     assert web[("redbeat_leader_present", ())] == 1
-    # hourly, the burst and Celery's own backend_cleanup are scheduled; every-second,
-    # edited (disabled) and broken are parked
+    # Celery's own backend_cleanup is scheduled; metered (disabled) and broken are parked
+    # (and so are the disabled entries of the other tests, when they ran here)
     assert web[("redbeat_entries", (("state", "scheduled"),))] == client.zcount(
-        "redbeat::schedule", "(0", "+inf") >= BURST + 1
+        "redbeat::schedule", "(0", "+inf") >= 1
     assert web[("redbeat_entries", (("state", "parked"),))] == client.zcount(
-        "redbeat::schedule", -1, -1) == 3
+        "redbeat::schedule", -1, -1) >= 2
     assert web[("redbeat_quarantined_entries", ())] == 1
     assert beat[("redbeat_quarantined_entries", ())] == 1
