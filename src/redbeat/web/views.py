@@ -354,10 +354,13 @@ def timeline_page() -> str:
 def metrics_page() -> Response:
     """The schedule-level gauges (redbeat.metrics.ScheduleCollector), read at each
     scrape; beat serves its own counters on ``redbeat_metrics_port``."""
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    from prometheus_client.exposition import choose_encoder
 
     registry = current_app.extensions["redbeat.metrics"]
-    return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    # the text format, or OpenMetrics when the scraper asks for it, as prometheus_client
+    # serves it itself
+    encode, content_type = choose_encoder(request.headers.get("Accept", ""))
+    return Response(encode(registry), content_type=content_type)
 
 
 @blueprint.route("/nodes")
