@@ -330,3 +330,28 @@ def test_every_schedule_add_writes_reads_back_from_its_options(schedule):
               "--at": lambda: clocked(parse_time(text, None)),
               "--rrule": lambda: parse_rrule(text, zone[1] if zone else None)}[kind]()
     assert parsed == schedule
+
+
+def test_names_and_reasons_another_client_wrote_cannot_forge_lines_or_drive_the_terminal(
+        redis_server):
+    """A newline in a name printed a second, forged row in `list`; an ANSI sequence or a
+    bidi override reached the terminal as is. Each is printed as its escape, on one line."""
+    url = redis_server.url
+    forged = "real\nforged  tasks.evil  every 1s"
+    ansi = "red\x1b[2J\u202eeman"
+    for name in (forged, ansi):
+        assert redbeat(url, "add", name, "tasks.x", "--every", "10").returncode == 0
+    client = redis_server.client()
+    client.hset("redbeat:broken", "definition", '{"name": "broken\\n\\u001b[1m"}')
+    client.zadd("redbeat::schedule", {"redbeat:broken": 0})
+    listing = redbeat(url, "list")
+    assert listing.returncode == 0, listing.stderr
+    rows = listing.stdout.splitlines()
+    assert len(rows) == 4 and not any(row.startswith("forged") for row in rows)
+    assert any(row.startswith("real\\nforged  tasks.evil") for row in rows)
+    assert "red\\x1b[2J\\u202eeman" in listing.stdout
+    outputs = [redbeat(url, "show", forged).stdout, redbeat(url, "status").stdout,
+               redbeat(url, "show", "broken").stdout, redbeat(url, "disable", ansi).stdout]
+    for output in outputs:
+        assert "\x1b" not in output and "\u202e" not in output and "\nforged" not in output
+    assert outputs[0].startswith("real\\nforged  tasks.evil  every 1s  (redbeat:real\\nforged")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 import shlex
 import sys
 from collections.abc import Callable
@@ -209,6 +210,19 @@ def fail(message: str, code: int) -> NoReturn:
 # -- formatting ------------------------------------------------------------------------
 
 
+#: Characters printed as escapes: C0/C1 controls (a newline in a name forged a row of
+#: `list`; an ANSI sequence rewrote the terminal) and the bidi controls that reorder
+#: what is shown (a name reading as another).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _shown(text: object) -> str:
+    """``text`` for a terminal: a value another client wrote into Redis (a name, a task,
+    a reason, a node id) on one line, its control characters escaped."""
+    return _UNPRINTABLE.sub(lambda match: match.group().encode("unicode_escape").decode(),
+                            str(text))
+
+
 def _when(moment: datetime | None, zone: tzinfo) -> str:
     if moment is None:
         return "-"
@@ -216,9 +230,9 @@ def _when(moment: datetime | None, zone: tzinfo) -> str:
 
 
 def _table(rows: list[list[str]], headers: list[str]) -> str:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows,
-                                                                       strict=True)]
-    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
+    rows = [[_shown(cell) for cell in row] for row in rows]
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
              for row in [headers, *rows]]
     return "\n".join(line.rstrip() for line in lines)
 
@@ -377,14 +391,14 @@ def show(ctx: click.Context, name: str, runs: int, raw: bool) -> None:
     app = _app(ctx)
     zone = _session(ctx).shown_zone
     info = manage.get_entry(app, name)
-    click.echo(f"{info.name}  ({info.key}, {_state(info)}"
+    click.echo(f"{_shown(info.name)}  ({_shown(info.key)}, {_state(info)}"
                f"{', static' if info.static else ''}; times in {zone})")
     if info.entry is not None:
         _show_entry(info, ensure_conf(app).misfire_grace_time, zone)
     if raw or info.entry is None:
         _show_fields(info)
     if info.quarantine or info.error:
-        click.echo(f"quarantined: {info.quarantine or info.error}")
+        click.echo(f"quarantined: {_shown(info.quarantine or info.error)}")
     _show_dispatches(info, zone)
     if info.entry is not None and info.entry.enabled:
         _show_next_runs(info.entry, zone, runs)
@@ -397,7 +411,7 @@ def _show_entry(info: manage.EntryInfo, default_grace: float | None, zone: tzinf
     options = as_options(entry.schedule)
     last_run = _last_run(entry)
     rows = [
-        ("task", entry.task),
+        ("task", _shown(entry.task)),
         ("schedule", describe(entry.schedule)),
         ("as options", shlex.join(options) if options else "(none: add cannot write it)"),
         ("args", json.dumps(entry.args, default=repr)),
@@ -657,7 +671,8 @@ def add(ctx: click.Context, name: str, task: str, disabled: bool, force: bool,
     if name:
         _guard_statics(ctx, [name], force)
     entry.save(changed_by="cli")
-    click.echo(f"saved {name}: {describe(entry.schedule)}, next run {_upcoming(ctx, entry)}")
+    click.echo(f"saved {_shown(name)}: {describe(entry.schedule)}, "
+               f"next run {_upcoming(ctx, entry)}")
 
 
 def _upcoming(ctx: click.Context, entry: RedBeatSchedulerEntry) -> str:
@@ -702,7 +717,8 @@ def edit(ctx: click.Context, name: str, task: str | None, force: bool, **values:
     )
     _guard_statics(ctx, [name], force)
     entry.save(changed_by="cli")
-    click.echo(f"edited {name}: {describe(entry.schedule)}, next run {_upcoming(ctx, entry)}")
+    click.echo(f"edited {_shown(name)}: {describe(entry.schedule)}, "
+               f"next run {_upcoming(ctx, entry)}")
 
 
 def _simple(verb: str, action: Callable[[Celery, str], Any], done: str, help: str,
@@ -719,7 +735,7 @@ def _simple(verb: str, action: Callable[[Celery, str], Any], done: str, help: st
             manage.get_entry(_app(ctx), name)  # exit 3 for a missing entry, first
             _guard_statics(ctx, [name], force)
         result = action(_app(ctx), name)
-        click.echo(done.format(name=name, result=result))
+        click.echo(done.format(name=_shown(name), result=result))
     if guarded:
         click.option("--force", is_flag=True,
                      help="Change a static entry anyway (until a beat next takes the lead "
@@ -806,7 +822,7 @@ def import_command(ctx: click.Context, source: Any, dry_run: bool, prune: bool, 
         return
     for mark, names in (("+", plan.created), ("~", plan.updated), ("-", plan.pruned)):
         for name in names:
-            click.echo(f"  {mark} {name}")
+            click.echo(f"  {mark} {_shown(name)}")
 
 
 def _yaml() -> Any:
@@ -826,12 +842,13 @@ def status_command(ctx: click.Context) -> None:
     state = manage.status(app)
     now = datetime.now(timezone.utc).timestamp()
     if state.lock_holder:
-        click.echo(f"leader:      {Holder.parse(state.lock_holder)} "
+        click.echo(f"leader:      {_shown(Holder.parse(state.lock_holder))} "
                    f"(lock expires in {state.lock_ttl_ms / 1000:.1f}s)")
     else:
         click.echo("leader:      none (no node holds the lock)")
     for node, (role, at) in sorted(state.nodes.items()):
-        click.echo(f"node:        {Holder.parse(node)}  {role}, last tick {now - at:.1f}s ago")
+        click.echo(f"node:        {_shown(Holder.parse(node))}  {_shown(role)}, "
+                   f"last tick {now - at:.1f}s ago")
     click.echo(f"entries:     {state.entries} ({state.parked} parked: disabled, finished or "
                "quarantined)")
     click.echo(f"overdue:     {state.overdue}"
@@ -841,15 +858,15 @@ def status_command(ctx: click.Context) -> None:
     click.echo(f"pending:     {state.pending} slot(s) claimed, publish not yet confirmed")
     for name, score in state.next_due:
         moment = datetime.fromtimestamp(score, tz=timezone.utc)
-        click.echo(f"next:        {_when(moment, _session(ctx).shown_zone)}  {name}")
+        click.echo(f"next:        {_when(moment, _session(ctx).shown_zone)}  {_shown(name)}")
     for name, reason in state.quarantined:
-        click.echo(f"quarantined: {name}: {reason}")
+        click.echo(f"quarantined: {_shown(name)}: {_shown(reason)}")
     store = store_for(app)
     failing = failing_summary(store.failure_rows(manage.QUARANTINE_SAMPLE), ensure_conf(app).keys)
     click.echo(f"failing:     {len(failing.failing)} (last dispatch refused by Celery or the "
                f"broker; {failing.total} failed dispatch(es) recorded)")
     for name, failure in failing.failing:
-        click.echo(f"failing:     {name}: {failure.reason} "
+        click.echo(f"failing:     {_shown(name)}: {_shown(failure.reason)} "
                    f"(at {_when(failure.at, _session(ctx).shown_zone)})")
     click.echo(f"redis:       {state.redis_version}, maxmemory-policy "
                f"{state.eviction_policy or 'unknown (CONFIG GET refused)'}")
