@@ -241,3 +241,17 @@ def test_the_redis_password_never_reaches_a_page(started: Any, browser: Any) -> 
         page.goto(good.url + "/nodes")
         assert "redis://:***@127.0.0.1" in page.inner_text("#redis")
         page.close()
+
+
+@pytest.mark.parametrize("band", ["from=nan", "to=nan", "from=inf", "from=-inf", "from=1e20",
+                                  "from=-1e20&to=1e21", "from=x&to=", "start=-5"])
+def test_paging_parameters_out_of_any_range_are_ignored(redis_server: Any, band: str) -> None:
+    """A band bound of NaN reached Redis (503), one past year 9999 failed the page (500)."""
+    from redbeat.web import create_app
+
+    app = make_app(redis_server.url)
+    RedBeatSchedulerEntry("listed", "tasks.x", 10.0, app=app).save()
+    page = create_app(app).test_client().get(f"/entries?{band}",
+                                             headers={"Host": "127.0.0.1"})
+    assert page.status_code == 200
+    assert "listed" in page.get_data(as_text=True)

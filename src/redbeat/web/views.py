@@ -82,11 +82,19 @@ def home() -> Response:
 # -- the table -------------------------------------------------------------------------
 
 
+#: The times a ``from``/``to`` may name, epoch seconds: up to the end of year 9999, the
+#: last a page can print. Another value (NaN, inf, 1e20) is ignored: Redis refused NaN
+#: (a 503), and printing the band of any of them failed (a 500).
+TIME_RANGE = (0.0, 253402300799.0)
+
+
 def _float_arg(name: str) -> float | None:
     try:
-        return float(request.args[name])
+        value = float(request.args[name])
     except (KeyError, ValueError):
         return None
+    low, high = TIME_RANGE
+    return value if low <= value <= high else None
 
 
 def _query() -> browse.Query:
