@@ -96,3 +96,19 @@ def test_a_page_costs_the_same_commands_at_5000_and_20000_entries(redis_server: 
     assert large == small, (small, large)
     assert all(rows == browse.PAGE_SIZE for _, _, rows in large.values())
     assert large["first page"][1] <= 3  # counts, the window, the rows
+
+
+def test_a_name_search_is_matched_in_redis_in_every_order(redis_server: Any) -> None:
+    app = make_app(redis_server.url)
+    now = time.time()
+    write_entries(app, entries(20_000, now))
+    # a member that is no entry of this schedule never matches, whatever it contains
+    redis_server.client().zadd("redbeat::schedule", {"other:job-012345": now + 5})
+    wanted = [f"job-01234{digit}" for digit in range(10)]
+    for order in browse.ORDERS:
+        page = browse.read_page(app, Query(order=order, name="JOB-01234"))
+        names = [info.name for info in page.rows]
+        assert sorted(names) == wanted, order
+        assert page.next_start is None and not page.budget_spent  # all read in one page
+    by_name = browse.read_page(app, Query(order="name", name="job-01234"))
+    assert [info.name for info in by_name.rows] == wanted

@@ -122,7 +122,7 @@ class ScheduleStore:
             name: client.register_script(load_script(name))
             for name in ("tick", "commit", "confirm", "hold", "read_statics", "sync_statics",
                          "release", "extend", "sweep", "failure", "view_metas",
-                         "count_quarantined")
+                         "count_quarantined", "view_match")
         }
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -554,6 +554,15 @@ class ScheduleStore:
             return []
         return self.retry.call(
             lambda: self.client.zrange(index, start, stop, withscores=True))
+
+    def match_names(self, index: str, start: int, stop: int,
+                    text: str) -> list[tuple[int, str]]:
+        """The members of ``index`` from rank ``start`` to ``stop`` whose entry name
+        contains ``text`` (ASCII case-insensitive), with their ranks: matched inside
+        Redis (view_match.lua), so only the matches cross the wire."""
+        flat = self._run("view_match", [index], [start, stop, text.lower(), self.keys.prefix])
+        return [(int(rank), member) for rank, member in zip(flat[0::2], flat[1::2],
+                                                              strict=True)]
 
     def view_rows(self, keys: Sequence[str]) -> list[tuple[dict[str, str], float | None, bool]]:
         """For each key: the entry's fields a table shows (its history left out), its
