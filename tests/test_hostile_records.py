@@ -184,3 +184,29 @@ def test_a_policy_beyond_any_meaning_is_quarantined_and_the_others_run(app, poli
     assert [name for name, _ in scheduler.sent] == ["good"] * 3
     assert "policy" in json.loads(client.hget("redbeat:bad", "quarantine"))["reason"]
     assert client.zscore("redbeat::schedule", "redbeat:bad") == -1
+
+
+def test_a_policy_in_an_unknown_zone_is_listed_shown_and_quarantined(app):
+    from click.testing import CliRunner
+
+    from redbeat.cli import main
+
+    save(app, "good")
+    client = get_redis(app)
+    client.hset("redbeat:zoned", mapping={
+        "definition": json.dumps({"name": "zoned", "task": "tasks.x",
+                                  "schedule": {"__type__": "interval", "every": 10.0}}),
+        "policy": json.dumps({"start_time": {
+            "__type__": "datetime", "year": 2030, "month": 1, "day": 1, "hour": 0,
+            "minute": 0, "second": 0, "microsecond": 0, "timezone": "Mars/Olympus"}})})
+    client.zadd("redbeat::schedule", {"redbeat:zoned": T0 - 5})
+    url = app.conf.redbeat_redis_url
+    for args in (["list"], ["show", "zoned"]):
+        result = CliRunner().invoke(main, ["--url", url, *args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        assert "Mars/Olympus" in result.output or args == ["list"]
+    scheduler = leading(app, [T0])
+    scheduler.tick()
+    reason = json.loads(client.hget("redbeat:zoned", "quarantine"))["reason"]
+    assert reason.startswith("policy: ZoneInfoNotFoundError") and "Mars/Olympus" in reason
+    assert [name for name, _ in scheduler.sent] == ["good"]

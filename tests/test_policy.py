@@ -16,6 +16,10 @@ from redbeat.schedulers import SWEEP_EVERY, get_redis
 from redbeat.schedules import clocked
 from support.recording import T0, Clock, at, leader
 
+UNKNOWN_ZONE = json.dumps({"start_time": {
+    "__type__": "datetime", "year": 2030, "month": 1, "day": 1, "hour": 0, "minute": 0,
+    "second": 0, "microsecond": 0, "timezone": "Mars/Olympus"}})
+
 
 def names(scheduler):
     return [task_id for _, task_id in scheduler.sent]
@@ -164,8 +168,11 @@ def test_entries_without_policy_stay_242_compatible(app):
 
 
 @pytest.mark.parametrize("policy", ['{"jitter": -1}', '{"color": "red"}', '[1]',
-                                    '{"coalesce": "yes"}', '{"max_catch_up": 0}'])
+                                    '{"coalesce": "yes"}', '{"max_catch_up": 0}',
+                                    UNKNOWN_ZONE, UNKNOWN_ZONE.replace('"Mars/Olympus"', '1e9')])
 def test_bad_policy_is_poison(app, policy):
+    """An unknown zone in a start_time (a KeyError, not a ValueError) escaped as is, and
+    `redbeat list`, `show` and the web's table failed for every entry, exit 5."""
     with pytest.raises(InvalidEntry):
         RedBeatSchedulerEntry.decode(app, "redbeat:x", json.dumps({
             "name": "x", "task": "t", "schedule": {"__type__": "interval", "every": 1}}),

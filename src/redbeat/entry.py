@@ -542,8 +542,9 @@ def decode_entry(
     config = ensure_conf(app)
     try:
         policy = EntryPolicy.from_json(policy_text)
-    except (ValueError, TypeError, RecursionError) as exc:  # nested past the limit too
-        raise InvalidEntry(key, f"policy: {exc}") from exc
+    except DECODE_ERRORS as exc:  # nested past the limit too; an unknown zone a KeyError
+        reason = exc if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+        raise InvalidEntry(key, f"policy: {reason}") from exc
     own_keys = cls.generate_key is not RedBeatSchedulerEntry.generate_key
     if cached and not own_keys:
         definition = definition_cache(app).parse(key, definition_text)
