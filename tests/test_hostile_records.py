@@ -163,7 +163,8 @@ def test_a_static_whose_next_run_cannot_be_found_is_skipped_and_the_others_synce
 
 
 @pytest.mark.parametrize("policy", ['{"ttl": 1e17}', '{"ttl": Infinity}', '{"jitter": 1e12}',
-                                    '{"jitter": NaN}', '{"misfire_grace_time": NaN}'])
+                                    '{"jitter": NaN}', '{"misfire_grace_time": NaN}',
+                                    '{"misfire_grace_time": -1}'])
 def test_a_policy_beyond_any_meaning_is_quarantined_and_the_others_run(app, policy):
     """A finished entry's ttl of 1e17 s reached commit.lua's EXPIRE, which Redis refused:
     the whole commit failed and beat stood by, sending nothing, on every tick."""

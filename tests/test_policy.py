@@ -179,6 +179,14 @@ def test_bad_policy_is_poison(app, policy):
             None, policy=policy)
 
 
+def test_a_grace_of_any_size_is_a_grace():
+    """Only jitter and ttl are bounded (they are added to times); a grace of 1e12 s, the
+    app-wide setting allows it, is a grace that never runs out."""
+    huge = EntryPolicy().with_default_grace(1e12)
+    assert huge.misfire_grace_time == 1e12 and not huge.too_late(at(0), at(10**8))
+    assert EntryPolicy(misfire_grace_time=float("inf")).misfire_grace_time == float("inf")
+
+
 def test_policy_round_trip():
     policy = EntryPolicy(start_time=datetime(2026, 1, 1, tzinfo=timezone.utc),
                          end_time=datetime(2027, 1, 1, tzinfo=timezone.utc),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections import deque
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timedelta
@@ -29,7 +30,7 @@ NO_DELAY = timedelta()
 #: when they have to be walked (intervals and simple rrules are counted by arithmetic):
 #: a crontab walks about 10 µs a run, so the count costs a tick at most about a second.
 COUNT_LIMIT = 100_000
-#: The most seconds a grace, jitter or ttl may be (about 100 years). A larger one is
+#: The most seconds a jitter or ttl may be (about 100 years). A larger one is
 #: no policy anybody means, and it breaks the arithmetic: a jittered send time past
 #: year 9999, or an EXPIRE Redis refuses, which failed the whole tick's commit.
 MAX_SECONDS = 100 * 365 * 86400
@@ -51,13 +52,16 @@ class EntryPolicy:
     ttl: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("misfire_grace_time", "jitter", "ttl"):
+        # A grace is only compared with a lateness: any size will do (the app-wide
+        # redbeat_misfire_grace_time is one too); a jitter or ttl is added to a time.
+        for name, most in (("misfire_grace_time", math.inf), ("jitter", MAX_SECONDS),
+                           ("ttl", MAX_SECONDS)):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or
                                       not isinstance(value, (int, float)) or
-                                      not 0 <= value <= MAX_SECONDS):  # NaN too
-                raise ValueError(f"policy {name!r} must be a number of seconds "
-                                 f"from 0 to {MAX_SECONDS}")
+                                      not 0 <= value <= most):  # NaN too
+                raise ValueError(f"policy {name!r} must be a number of seconds >= 0"
+                                 + (f", at most {most}" if most < math.inf else ""))
         if not isinstance(self.coalesce, bool):
             raise ValueError("policy 'coalesce' must be true or false")
         if isinstance(self.max_catch_up, bool) or not isinstance(self.max_catch_up, int) \
