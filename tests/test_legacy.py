@@ -230,7 +230,8 @@ def test_pending_message_of_a_stub_publishes_the_real_entry(fake_app):
     now = datetime.now(timezone.utc)
     row = Row(entry.key, 0.0, text, None, None)
     message = pending_message(row, Claim("job:1", entry, now), now, "node", reason="test")
-    pending = read_pending(fake_app, message, held={definition_sha1(text): text})
+    pending = read_pending(fake_app, message, RedBeatSchedulerEntry,
+                           held={definition_sha1(text): text})
     assert pending.entry.schedule == entry.schedule and pending.entry.args == [7]
 
 

@@ -126,7 +126,8 @@ def row(name: str, sched_, last: datetime | None, score: float, **policy) -> Row
 
 
 def plan(rows: list[Row], now: datetime, grace: float | None = None):
-    result = plan_batch(APP, rows, now, TickSettings("node", misfire_grace_time=grace))
+    result = plan_batch(APP, rows, now, TickSettings("node", misfire_grace_time=grace),
+                        RedBeatSchedulerEntry)
     (op,) = result.ops
     return ([int((claim.due - T).total_seconds()) for claim in result.claims],
             op.score if op.score <= 0 else round(op.score - T.timestamp(), 3), op.expire)
@@ -175,7 +176,7 @@ def test_plan(case, row_, now, grace, expected):
 
 def test_a_quarantined_row_is_parked_with_its_reason():
     bad = Row("redbeat:bad", 0.0, '{"name": "bad"}', None, None)
-    result = plan_batch(APP, [bad], T, TickSettings("node"))
+    result = plan_batch(APP, [bad], T, TickSettings("node"), RedBeatSchedulerEntry)
     (op,) = result.ops
     assert (op.kind, op.score) == ("quarantine", -1) and "missing 'task'" in op.fields[0][1]
 

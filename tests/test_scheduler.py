@@ -481,7 +481,7 @@ def test_a_pending_message_holds_the_claimed_definition_byte_for_byte(app):
     # the definition is held once, byte for byte, under the name the message gives it
     held = get_redis(app).hgetall(app.redbeat_conf.keys.held_definitions)
     assert held == {sha: definition, f"{sha}:refs": "1"}
-    resent = read_pending(app, pending[task_id], held=held)
+    resent = read_pending(app, pending[task_id], RedBeatSchedulerEntry, held=held)
     assert resent.entry.args == entry.args and resent.due == at(0)
     # the Python producer (run-now's) writes the same message for the same slot
     python_made = pending_message(Row(entry.key, T0, definition, None),

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from .entry_fields import parse_meta
 from .keys import FAILURES, KeyLayout
 
 #: Failures kept per entry besides the count.
@@ -105,8 +106,6 @@ def failing_summary(rows: list[tuple[str, str | None, str | None]],
                     keys: KeyLayout) -> FailingSummary:
     """Which of the entries with a recorded failure (key, ``failures`` field, ``meta``:
     ``ScheduleStore.failure_rows``) are failing now, and how many failures they hold."""
-    from .entry import parse_meta
-
     failing, total = [], 0
     for key, raw, meta in rows:
         failures = read_failures({FAILURES: raw} if raw else {})

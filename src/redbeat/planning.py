@@ -2,7 +2,9 @@
 
 No Redis and no clock here: :func:`plan_batch` turns what tick.lua read into the
 writes for commit.lua and the messages to publish, so every scheduling decision is
-testable with a fixed ``now``.
+testable with a fixed ``now``. Rows are decoded by the entry class the caller passes
+(the scheduler's ``Entry``, which a 2.4.2 subclass may replace): that class also saves
+through the store, so it is handed in, never imported here.
 
 Slots. Every run belongs to a slot: the entry's name and the time it was due. Its
 Celery task id is ``<name>:<due epoch milliseconds>`` (or random, by setting), so a
@@ -23,16 +25,19 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from celery import Celery
 
 from .batch import Op, Row, definition_sha1
-from .entry import InvalidEntry, RedBeatSchedulerEntry, meta_json
+from .entry_fields import InvalidEntry, meta_json
 from .keys import META, MISFIRES, PARKED_SCORE, QUARANTINE, KeyLayout
 from .nextrun import NextRun, following_run, from_score, next_run, score_of
 from .policy import EntryPolicy, misfire_record
 from .settings import ensure_conf
+
+if TYPE_CHECKING:  # the class is the caller's (the scheduler's Entry): this module does no I/O
+    from .entry import RedBeatSchedulerEntry
 
 logger = logging.getLogger("celery.beat")
 
@@ -109,8 +114,7 @@ def quarantine_reason(reason: str, now: datetime, node: str) -> str:
 
 def plan_row(
     app: Celery, row: Row, now: datetime, policy: TickSettings, plan: Plan,
-    entry_class: type[RedBeatSchedulerEntry] = RedBeatSchedulerEntry,
-    keys: KeyLayout | None = None,
+    entry_class: type[RedBeatSchedulerEntry], keys: KeyLayout | None = None,
 ) -> None:
     keys = keys or ensure_conf(app).keys
     if not keys.is_entry_key(row.key):
@@ -192,7 +196,7 @@ def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: Next
 
 def plan_batch(
     app: Celery, rows: list[Row], now: datetime, policy: TickSettings,
-    entry_class: type[RedBeatSchedulerEntry] = RedBeatSchedulerEntry,
+    entry_class: type[RedBeatSchedulerEntry],
 ) -> Plan:
     plan = Plan()
     keys = ensure_conf(app).keys
@@ -216,7 +220,7 @@ class PendingMessage:
 
 
 def read_pending(
-    app: Celery, message: str, entry_class: type[RedBeatSchedulerEntry] = RedBeatSchedulerEntry,
+    app: Celery, message: str, entry_class: type[RedBeatSchedulerEntry],
     held: Mapping[str, str] | None = None,
 ) -> PendingMessage:
     """The entry to publish from a pending message, the slot's due time and why.
