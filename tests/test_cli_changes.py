@@ -355,3 +355,23 @@ def test_names_and_reasons_another_client_wrote_cannot_forge_lines_or_drive_the_
     for output in outputs:
         assert "\x1b" not in output and "\u202e" not in output and "\nforged" not in output
     assert outputs[0].startswith("real\\nforged  tasks.evil  every 1s  (redbeat:real\\nforged")
+
+
+@pytest.mark.parametrize(("entries", "message"), [
+    ("[1]", "not an object with a name: '1'"),
+    ('[{"name": "a", "definition": {"name": "a"}, "score": NaN}]',
+     "entry 'a': score must be a finite number, not nan"),
+    ('[{"name": "a", "definition": {"name": "a"}, "score": 1e400}]', "not inf"),
+    ('[{"name": "a", "definition": {"name": "a"}, "score": "soon"}]', "not 'soon'"),
+])
+def test_an_import_with_a_record_it_cannot_write_writes_nothing(redis_server, tmp_path,
+                                                               entries, message):
+    """A record that is not an object failed with a traceback (exit 1); a NaN score made
+    Redis refuse the batch half-way, the hashes before it already written (exit 1); an
+    infinite one imported an entry never sent."""
+    source = tmp_path / "export.json"
+    source.write_text('{"format": "redbeat-export/1", "entries": [{"name": "first", '
+                      '"definition": {"name": "first"}}, ' + entries[1:] + '}')
+    result = redbeat(redis_server.url, "import", str(source))
+    assert result.returncode == 5 and message in result.stderr, result.stderr
+    assert redis_server.client().keys("redbeat:*") == []

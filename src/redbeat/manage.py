@@ -9,6 +9,7 @@ pending hash (run-now), so the leader applies them with its usual fencing.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from .keys import (
     PARKED_SCORE,
     POLICY,
     QUARANTINE,
+    KeyLayout,
 )
 from .planning import Claim, pending_message
 from .settings import ensure_conf
@@ -410,6 +412,32 @@ def _field_text(value: Any) -> str | None:
     return json.dumps(value)
 
 
+def _import_key(record: Any, keys: KeyLayout) -> tuple[str, str]:
+    """An exported record's name and the key it is written at (a reserved one refused)."""
+    if not isinstance(record, dict) or "name" not in record:
+        raise ValueError(f"an entry of the export is not an object with a name: "
+                         f"{str(record)[:80]!r}")
+    name = str(record["name"])
+    key = keys.entry(name)
+    if key in keys.internal:
+        raise ValueError(f"entry name {name!r} is reserved: its key {key!r} is one of "
+                         "redbeat's own keys")
+    return name, key
+
+
+def _import_score(name: str, value: Any) -> float:
+    """An exported score: a finite number (0 when absent). Checked before anything is
+    written: Redis refuses NaN in the middle of the import's batch, after the writes
+    before it, and an infinite score is an entry never sent."""
+    try:
+        score = 0.0 if value is None else float(value)
+    except (TypeError, ValueError):
+        score = math.nan
+    if isinstance(value, bool) or not math.isfinite(score):
+        raise ValueError(f"entry {name!r}: score must be a finite number, not {value!r}")
+    return score
+
+
 def import_entries(app: Celery, document: dict[str, Any], dry_run: bool = False,
                    prune: bool = False,
                    before_write: Callable[[ImportPlan], None] | None = None) -> ImportPlan:
@@ -428,11 +456,7 @@ def import_entries(app: Celery, document: dict[str, Any], dry_run: bool = False,
     plan = ImportPlan()
     writes: list[tuple[str, tuple[Any, ...]]] = []  # (pipeline method, arguments)
     for record in document["entries"]:
-        name = str(record["name"])
-        key = config.keys.entry(name)
-        if key in config.keys.internal:
-            raise ValueError(f"entry name {name!r} is reserved: its key {key!r} is one of "
-                             "redbeat's own keys")
+        name, key = _import_key(record, config.keys)
         definition = _field_text(record.get(DEFINITION))
         meta = _field_text(record.get(META))
         policy = _field_text(record.get(POLICY))
@@ -440,8 +464,7 @@ def import_entries(app: Celery, document: dict[str, Any], dry_run: bool = False,
             raise ValueError(f"entry {name!r} has no definition")
         # stored as save() stores it: in a stub if celery-redbeat 2.4.2 cannot read it
         definition = legacy.wrap(definition, name)
-        score = record.get("score")
-        score = float(score) if score is not None else 0.0
+        score = _import_score(name, record.get("score"))
         current = existing.get(name)
         if current and current.fields.get(DEFINITION) == definition and \
                 current.fields.get(META) == meta and current.score == score and \
