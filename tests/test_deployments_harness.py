@@ -4,8 +4,6 @@ use it test the scheduler and not a half-started server."""
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
 import ssl
 import subprocess
 import sys
@@ -32,7 +30,6 @@ from support.deployments import (  # noqa: E402
     sentinel_deployment,
     tls_server,
 )
-from support.redis_server import redis_required  # noqa: E402
 
 pytestmark = pytest.mark.redis_server
 
@@ -43,15 +40,6 @@ NO_RETRY = {"retry": Retry(NoBackoff(), 0), "socket_timeout": 2, "socket_connect
 @pytest.fixture(autouse=True)
 def _servers_present() -> None:
     require_programs("redis-server", "redis-cli")
-
-
-@pytest.fixture
-def cert_backend_present() -> None:
-    if shutil.which("openssl") is None and importlib.util.find_spec("cryptography") is None:
-        reason = "neither the openssl command nor the cryptography package is present"
-        if redis_required():
-            pytest.fail(f"{reason}, but REDBEAT_REQUIRE_REDIS is set")
-        pytest.skip(reason)
 
 
 # -- plain -----------------------------------------------------------------------------
@@ -78,7 +66,7 @@ def test_valkey_through_binary():
 # -- TLS -------------------------------------------------------------------------------
 
 
-def test_tls_requires_ca_and_client_certificate(cert_backend_present):
+def test_tls_requires_ca_and_client_certificate():
     with tls_server(client_auth="yes") as server:
         assert server.url.startswith("rediss://127.0.0.1:")
         strict = redis.Redis(host="127.0.0.1", port=server.port, ssl=True,
@@ -101,7 +89,7 @@ def test_tls_requires_ca_and_client_certificate(cert_backend_present):
                 client.ping()
 
 
-def test_tls_client_certificate_optional(cert_backend_present):
+def test_tls_client_certificate_optional():
     with tls_server(client_auth="optional") as server:
         ca_only = redis.Redis.from_url(server.url_with_certs(client_cert=False))
         assert ca_only.ping()
@@ -115,24 +103,21 @@ def test_tls_client_certificate_optional(cert_backend_present):
 
 
 def check_certificates(certs: Certificates) -> None:
-    if shutil.which("openssl"):
-        for leaf in (certs.server_cert, certs.client_cert):
-            subprocess.run(["openssl", "verify", "-x509_strict", "-CAfile", str(certs.ca),
-                            str(leaf)], check=True, capture_output=True)
+    for leaf in (certs.server_cert, certs.client_cert):
+        subprocess.run(["openssl", "verify", "-x509_strict", "-CAfile", str(certs.ca),
+                        str(leaf)], check=True, capture_output=True)
     context = ssl.create_default_context(cafile=str(certs.ca))
     context.load_cert_chain(str(certs.client_cert), str(certs.client_key))
 
 
-def test_certificates_verify(tmp_path, cert_backend_present):
+def test_certificates_verify(tmp_path):
     check_certificates(make_certificates(tmp_path))
 
 
-def test_certificates_by_the_cryptography_package(tmp_path):
-    pytest.importorskip("cryptography")  # only the fallback when openssl is missing
-    check_certificates(make_certificates(tmp_path, backend="cryptography"))
-    with tls_server(cert_backend="cryptography") as server:
-        assert server.certs.made_by == "cryptography"
-        assert server.client().ping()
+def test_certificates_without_openssl_fail_saying_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # a directory without openssl
+    with pytest.raises(RuntimeError, match="openssl command is not on PATH"):
+        make_certificates(tmp_path / "tls")
 
 
 # -- ACL -------------------------------------------------------------------------------

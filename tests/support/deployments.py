@@ -14,8 +14,8 @@ the started deployment::
         master.set("redbeat:x", 1)
         took = sentinel.force_failover()
 
-Certificates for TLS are made per run, by the ``openssl`` command when it is on PATH
-and otherwise by the ``cryptography`` package.
+Certificates for TLS are made per run by the ``openssl`` command, which must be on PATH
+(it is here and in CI): without it a TLS test fails saying so, it is not skipped.
 """
 
 from __future__ import annotations
@@ -288,30 +288,23 @@ class Certificates:
     server_key: Path
     client_cert: Path
     client_key: Path
-    made_by: str
 
 
-def make_certificates(directory: Path, hosts: Sequence[str] = (HOST, "localhost"),
-                      backend: str | None = None) -> Certificates:
+def make_certificates(directory: Path, hosts: Sequence[str] = (HOST, "localhost")
+                      ) -> Certificates:
     """A fresh CA with a server and a client certificate (EC P-256, valid two days),
-    written to ``directory``. ``backend`` is "openssl" or "cryptography"; by default the
-    openssl command when it is on PATH, else the cryptography package."""
+    written to ``directory`` by the openssl command (RuntimeError when it is missing)."""
+    if shutil.which("openssl") is None:
+        raise RuntimeError("the openssl command is not on PATH: the TLS tests make their "
+                           "certificates with it (install openssl)")
     directory.mkdir(parents=True, exist_ok=True)
-    if backend is None:
-        backend = "openssl" if shutil.which("openssl") else "cryptography"
-    if backend == "openssl":
-        _certificates_by_openssl(directory, hosts)
-    elif backend == "cryptography":
-        _certificates_by_cryptography(directory, hosts)
-    else:
-        raise ValueError(f"unknown certificate backend {backend!r}")
+    _certificates_by_openssl(directory, hosts)
     for key in directory.glob("*.key"):
         key.chmod(0o600)
     return Certificates(
         ca=directory / "ca.crt", ca_key=directory / "ca.key",
         server_cert=directory / "server.crt", server_key=directory / "server.key",
         client_cert=directory / "client.crt", client_key=directory / "client.key",
-        made_by=backend,
     )
 
 
@@ -360,63 +353,6 @@ def _certificates_by_openssl(directory: Path, hosts: Sequence[str]) -> None:
                 "-extfile", "openssl.cnf", "-extensions", f"{name}_ext", "-out", f"{name}.crt")
 
 
-def _certificates_by_cryptography(directory: Path, hosts: Sequence[str]) -> None:
-    import datetime
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    now = datetime.datetime.now(datetime.timezone.utc)
-
-    def name(common_name: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-    def usage(*, signing: bool, ca: bool) -> x509.KeyUsage:
-        return x509.KeyUsage(
-            digital_signature=signing, content_commitment=False, key_encipherment=False,
-            data_encipherment=False, key_agreement=False, key_cert_sign=ca, crl_sign=ca,
-            encipher_only=False, decipher_only=False)
-
-    def write(stem: str, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> None:
-        (directory / f"{stem}.key").write_bytes(key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption()))
-        (directory / f"{stem}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-
-    def builder(subject: str, issuer: str, key: ec.EllipticCurvePrivateKey) -> Any:
-        return (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(name(issuer))
-                .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                .not_valid_before(now - datetime.timedelta(minutes=5))
-                .not_valid_after(now + datetime.timedelta(days=2))
-                .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
-                               critical=False))
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (builder("redbeat-test-ca", "redbeat-test-ca", ca_key)
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(usage(signing=False, ca=True), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    write("ca", ca_key, ca)
-    alt_names: list[x509.GeneralName] = [
-        x509.IPAddress(ipaddress.ip_address(value)) if kind == "IP" else x509.DNSName(value)
-        for kind, value in _san_entries(hosts)]
-    purposes = {"server": [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH],
-                "client": [ExtendedKeyUsageOID.CLIENT_AUTH]}
-    for stem, purpose in purposes.items():
-        key = ec.generate_private_key(ec.SECP256R1())
-        leaf = (builder(f"redbeat-test-{stem}", "redbeat-test-ca", key)
-                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                .add_extension(usage(signing=True, ca=False), critical=True)
-                .add_extension(x509.ExtendedKeyUsage(purpose), critical=False)
-                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
-                    ca_key.public_key()), critical=False))
-        if stem == "server":
-            leaf = leaf.add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
-        write(stem, key, leaf.sign(ca_key, hashes.SHA256()))
-
-
 class TLSServer(Server):
     """A redis-server that only speaks TLS (``--port 0``), on ``self.port``.
 
@@ -426,12 +362,12 @@ class TLSServer(Server):
     """
 
     def __init__(self, *, client_auth: str = "yes", binary: str | None = None,
-                 extra_args: Sequence[str] = (), cert_backend: str | None = None) -> None:
+                 extra_args: Sequence[str] = ()) -> None:
         if client_auth not in ("yes", "optional", "no"):
             raise ValueError(f"client_auth must be yes, optional or no, not {client_auth!r}")
         super().__init__(binary=binary, extra_args=extra_args)
         self.client_auth = client_auth
-        self.certs = make_certificates(self.dir / "tls", backend=cert_backend)
+        self.certs = make_certificates(self.dir / "tls")
 
     def command_line(self) -> list[str]:
         # A later --port wins over the plain one RedisServer writes: no plain listener.
@@ -478,9 +414,9 @@ class TLSServer(Server):
         return {"ssl": True, **self.ssl_options()}
 
 
-def tls_server(*, client_auth: str = "yes", binary: str | None = None,
-               cert_backend: str | None = None) -> contextlib.AbstractContextManager[TLSServer]:
-    return running(TLSServer(client_auth=client_auth, binary=binary, cert_backend=cert_backend))
+def tls_server(*, client_auth: str = "yes", binary: str | None = None
+               ) -> contextlib.AbstractContextManager[TLSServer]:
+    return running(TLSServer(client_auth=client_auth, binary=binary))
 
 
 # -- ACL -------------------------------------------------------------------------------
