@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from queue import SimpleQueue
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis.exceptions
 from celery import Celery
@@ -35,7 +35,7 @@ from kombu.common import ignore_errors
 from kombu.exceptions import OperationalError
 from kombu.utils.objects import cached_property
 
-from . import decoder, metrics
+from . import decoder, metrics, publish
 from .connection import CLIENT_ATTRIBUTE, get_redis, redact
 from .entry import (
     InvalidEntry,
@@ -86,15 +86,28 @@ PROBE_AFTER = 0.25
 CLOSE_TIMEOUT = 2.0
 
 
-class SendJob:
-    """One publish handed to the scheduler's publishing thread. Its outcome belongs to
-    the tick that waits for it, unless that tick gave up first: then the thread itself
-    records a send that went out late (the lock makes that one decision, not two)."""
+Slot = tuple[RedBeatSchedulerEntry, str]  # an entry and the task id of its slot
 
-    def __init__(self, entry: RedBeatSchedulerEntry, task_id: str) -> None:
-        self.entry = entry
-        self.task_id = task_id
-        self.outcome: object = BROKER_DOWN
+
+class Batch(NamedTuple):
+    """Slots with their messages built (publish.py), and those left to Celery's path."""
+
+    ready: list[tuple[RedBeatSchedulerEntry, publish.Outgoing]]
+    alone: list[Slot]
+
+
+class SendJob:
+    """Slots handed to the scheduler's publishing thread in one go. Their outcome (the
+    task ids done with: sent, or dropped as unpublishable) belongs to the tick that waits
+    for it, unless that tick gave up first: then the thread itself records the sends that
+    went out late (the lock makes that one decision, not two)."""
+
+    def __init__(self, slots: list[Slot], announce: Callable[[list[Slot]], None] | None = None,
+                 batch: Batch | None = None) -> None:
+        self.slots = slots
+        self.announce = announce  # logs the slots once the broker is known to be up
+        self.batch = batch  # their messages, when built before the hand-off
+        self.outcome: list[str] = []
         self.done = threading.Event()
         self.lock = threading.Lock()
         self.finished = False
@@ -106,7 +119,7 @@ class SendJob:
             self.given_up = not self.finished
             return self.given_up
 
-    def finish(self, outcome: object) -> bool:
+    def finish(self, outcome: list[str]) -> bool:
         """Record the outcome; True when the tick had given up on it."""
         with self.lock:
             self.outcome, self.finished = outcome, True
@@ -117,6 +130,14 @@ class SendJob:
 #: gets the per-entry path. (``apply_async``, ``send_task`` and ``setup_schedule`` are
 #: called on both paths.)
 SCHEDULER_HOOKS = ("maybe_due", "is_due", "reserve")
+#: How one slot is published: overriding one of these (on the class or the instance)
+#: sends each slot through it, one by one, instead of the batched publish.
+PUBLISH_HOOKS = ("apply_async", "send_task", "send_slot")
+#: Slots written per batch (one Redis pipeline, one set of AMQP confirms), and so per
+#: hand-off to the publishing thread, which a tick waits for at most half a poll interval.
+PUBLISH_BATCH = 500
+#: ... or fewer, once their payloads reach this many bytes (large arguments).
+PUBLISH_BYTES = 2_000_000
 ENTRY_HOOKS = ("__init__", "is_due", "due_at", "reschedule", "generate_key", "_next_instance",
                "next", "__next__")
 #: Entries listed by the ``schedule`` property at most.
@@ -625,23 +646,53 @@ class RedBeatScheduler(Scheduler):
     def _publish(self, claims: list[Claim], lease: Lease | None) -> tuple[list[str], bool]:
         """Publish the claimed slots; returns the ids sent and whether the lock was lost
         on the way (the sent ones are still confirmed, so they are not sent twice)."""
-        sent: list[str] = []
-        extended_at = self.monotonic()
         if claims:
-            self._renewed_at = extended_at  # the commit that claimed them renewed the lease
-        for claim in claims:
+            self._renewed_at = self.monotonic()  # the commit that claimed them renewed it
+        done, _, lost = self._send_all([(claim.entry, claim.task_id) for claim in claims],
+                                       lease)
+        self._count_sends([(claim.task_id, claim.due) for claim in claims], done)
+        return done, lost
+
+    def _count_sends(self, slots: list[tuple[str, datetime]], done: list[str]) -> None:
+        """Metrics: the lag of each slot handed to the broker; the others stay held."""
+        handed = set(done)
+        for task_id, due in slots:
+            if task_id in handed:
+                self.metrics.late_by(due)
+        self.metrics.dispatched("held", len(slots) - len(handed))
+
+    def _send_all(self, slots: list[Slot], lease: Lease | None,
+                  announce: Callable[[list[Slot]], None] | None = None,
+                  ) -> tuple[list[str], bool, bool]:
+        """Publish ``slots`` in order: PUBLISH_BATCH at a time on the batched path, one at
+        a time otherwise. Returns the ids done with, whether the broker failed (the rest
+        stay pending) and whether the lock was lost on the way."""
+        done: list[str] = []
+        batched = self._batched
+        extended_at = self.monotonic()
+        remaining = slots
+        while remaining:
             if lease is not None and self.monotonic() - extended_at > lease.timeout / 3:
                 # A slow broker must not let the lock lapse under a healthy leader. If it
                 # lapsed anyway, stop: the new leader re-sends what is still pending.
                 if not lease.renew():
-                    return sent, True
+                    return done, False, True
                 extended_at = self._renewed_at = self.monotonic()
-            if self._try_send(claim.entry, claim.task_id) is BROKER_DOWN:
-                self.metrics.dispatched("held", len(claims) - len(sent))
+            if self._waiting_on_broker():
+                return done, True, False  # do not queue behind a send still under way
+            remaining = self._drop_sent_late(remaining, done)
+            if not remaining:
                 break
-            self.metrics.late_by(claim.due)
-            sent.append(claim.task_id)
-        return sent, False
+            if batched and not self._broker_down:
+                unit, batch = self._build(remaining)
+            else:  # one by one, or a broker that was down tried with one slot first
+                unit, batch = remaining[:1], None
+            remaining = remaining[len(unit):]
+            sent = self._try_send(unit, announce, batch)
+            done.extend(sent)
+            if len(sent) < len(unit):
+                return done, True, False
+        return done, False, False
 
     def _publish_pending(
         self, fetch: Fetch, now: datetime
@@ -668,7 +719,8 @@ class RedBeatScheduler(Scheduler):
                 done.append(task_id)
         held.sort(key=lambda item: (item[1].due, item[0]))
         late: dict[str, tuple[int, datetime]] = {}
-        broker_down = False
+        resend: list[Slot] = []
+        reasons: dict[str, str] = {}
         for task_id, slot in held:
             key = slot.entry.key
             grace = held_grace(slot, fetch.policies.get(key), self.config.misfire_grace_time,
@@ -682,41 +734,49 @@ class RedBeatScheduler(Scheduler):
                 if self.config.keys.is_entry_key(key):
                     late[key] = (late.get(key, (0, slot.due))[0] + 1, slot.due)
                 continue
-            if broker_down:
-                self.metrics.dispatched("held")
-                continue  # stays held; only the late ones are still dropped
-            if slot.reason == "run-now":
-                logger.info("beat: Sending %s now, as asked (%s)", task_id, slot.reason)
-            else:
-                logger.warning("beat: Re-sending slot %s (claimed, publish not confirmed)",
-                               task_id)
-            if self._try_send(slot.entry, task_id) is BROKER_DOWN:
-                self.metrics.dispatched("held")
-                broker_down = True
-                continue
-            self.metrics.late_by(slot.due)
-            done.append(task_id)
+            resend.append((slot.entry, task_id))
+            reasons[task_id] = slot.reason
+
+        def announce(unit: list[Slot]) -> None:
+            for _, task_id in unit:
+                if reasons[task_id] == "run-now":
+                    logger.info("beat: Sending %s now, as asked (%s)", task_id, reasons[task_id])
+                else:
+                    logger.warning("beat: Re-sending slot %s (claimed, publish not confirmed)",
+                                   task_id)
+
+        sent = self._send_all(resend, None, announce)[0]
+        self._count_sends([(task_id, held_slot.due) for task_id, held_slot in held
+                           if task_id in reasons], sent)
+        done.extend(sent)
         return done, [(key, count, last.isoformat()) for key, (count, last) in late.items()]
 
     @cached_property
     def _broker_errors(self) -> tuple[type[BaseException], ...]:
         return (OperationalError, OSError, *self.connection.connection_errors)
 
-    def _try_send(self, entry: RedBeatSchedulerEntry, task_id: str) -> object:
-        """Publish one slot on the publishing thread, waiting for it at most half a poll
-        interval; BROKER_DOWN when the broker failed or has not answered by then (the
-        slot stays pending: nothing is lost, and the tick keeps its pace)."""
+    @property
+    def _batched(self) -> bool:
+        """Whether slots go out through the batched publish (publish.py): not when a
+        subclass or the instance overrides how one slot is sent, nor on a transport or
+        with settings that module does not reproduce."""
+        if self.per_entry or any(getattr(type(self), hook) is not getattr(RedBeatScheduler, hook)
+                                 or hook in vars(self) for hook in PUBLISH_HOOKS):
+            return False
+        return (publish.batch_transport(self.connection) is not None
+                and publish.app_supports_batch(self.app))
+
+    def _try_send(self, unit: list[Slot], announce: Callable[[list[Slot]], None] | None = None,
+                  batch: Batch | None = None) -> list[str]:
+        """Publish ``unit`` on the publishing thread, waiting for it at most half a poll
+        interval; returns the task ids done with. A broker that failed or has not
+        answered by then leaves the rest pending: nothing is lost, and the tick keeps
+        its pace."""
         if self.per_entry:
-            return self._send(entry, task_id)  # inline: the hooks own the producer there
-        stuck = self._stuck
-        if stuck is not None:
-            if not stuck.done.is_set():
-                return BROKER_DOWN  # still waiting on the broker: do not queue behind it
-            self._stuck = None
-        if task_id in self._sent_late:
-            self._sent_late.discard(task_id)  # a send given up on that went out after all
-            return SENT
-        job = SendJob(entry, task_id)
+            if announce:
+                announce(unit)
+            return self._send_slots(unit)  # inline: the hooks own the producer there
+        job = SendJob(unit, announce, batch)
         self._send_queue().put(job)
         if job.done.wait(min(self.poll_interval / 2, self.publish_timeout)) or not job.give_up():
             job.done.wait()  # finished: at most the instant until its event is set
@@ -725,7 +785,26 @@ class RedBeatScheduler(Scheduler):
         if not self._broker_down:  # once an outage: its first stuck send
             logger.warning("beat: The broker has not answered for %.1fs; slots stay pending "
                            "until it does", min(self.poll_interval / 2, self.publish_timeout))
-        return BROKER_DOWN
+        return []
+
+    def _waiting_on_broker(self) -> bool:
+        """Whether a send the tick gave up on is still under way."""
+        stuck = self._stuck
+        if stuck is not None and not stuck.done.is_set():
+            return True
+        self._stuck = None
+        return False
+
+    def _drop_sent_late(self, slots: list[Slot], done: list[str]) -> list[Slot]:
+        """``slots`` without those whose send was given up on and went out after all
+        (confirmed since); their ids join ``done``. Checked before anything is built,
+        so their messages are not built (nor announced to signal receivers) again."""
+        if not self._sent_late:
+            return slots
+        late = [task_id for _, task_id in slots if task_id in self._sent_late]
+        self._sent_late.difference_update(late)
+        done.extend(late)
+        return [slot for slot in slots if slot[1] not in late] if late else slots
 
     @cached_property
     def _sent_late(self) -> set[str]:
@@ -743,30 +822,30 @@ class RedBeatScheduler(Scheduler):
         return self._jobs
 
     def _publishing(self, jobs: SimpleQueue[SendJob | None]) -> None:
-        """The publishing thread: one send at a time, until close() queues None."""
+        """The publishing thread: one job at a time, until close() queues None."""
         while (job := jobs.get()) is not None:
-            outcome: object = BROKER_DOWN
+            outcome: list[str] = []
             try:
                 outcome = self._send_checked(job)
             except BaseException:  # the thread must outlive any one send
-                logger.exception("beat: Publishing %s failed", job.task_id)
+                logger.exception("beat: Publishing %s failed", [tid for _, tid in job.slots])
             try:
-                if (job.finish(outcome) and outcome is SENT
+                if (job.finish(outcome) and outcome
                         and self.config.delivery == AT_LEAST_ONCE):
-                    self._sent_late.add(job.task_id)  # for a tick that read it as pending
-                    self.store.confirm([job.task_id])  # and for whoever leads next
+                    self._sent_late.update(outcome)  # for a tick that read them as pending
+                    self.store.confirm(outcome)  # and for whoever leads next
             except Exception:
-                logger.exception("beat: Confirming %s failed", job.task_id)
+                logger.exception("beat: Confirming %s failed", outcome)
             finally:
                 job.done.set()
 
-    def _send_checked(self, job: SendJob) -> object:
+    def _send_checked(self, job: SendJob) -> list[str]:
         """Send ``job`` unless this node may no longer send: it stopped leading, or its
         lease may run out during the send (a tick stalled on Redis renews nothing); a
         Redis broker that has been quiet is pinged first, so a hung one is found by a
         ping that writes nothing rather than by a message it would deliver later."""
         if not self._may_send():
-            return BROKER_DOWN
+            return []
         if self.monotonic() - self._broker_answered_at > PROBE_AFTER:
             try:
                 self._ping_broker()
@@ -780,18 +859,20 @@ class RedBeatScheduler(Scheduler):
                                  else "at-most-once: runs due meanwhile are lost")
                 self._broker_down = True
                 self._drop_producer()
-                return BROKER_DOWN
+                return []
             if not self._may_send():
-                return BROKER_DOWN
-        outcome = self._send(job.entry, job.task_id)
-        if outcome is BROKER_DOWN:
+                return []
+        if job.announce is not None:
+            job.announce(job.slots)
+        done = self._send_slots(job.slots, job.batch)
+        if len(done) < len(job.slots):
             self._drop_producer()
         else:
             self._broker_answered_at = self.monotonic()
             if self._broker_down:
                 logger.info("beat: Broker is back")
                 self._broker_down = False
-        return outcome
+        return done
 
     def _may_send(self) -> bool:
         if self._closed or not self.leading:
@@ -821,6 +902,75 @@ class RedBeatScheduler(Scheduler):
         if connection is not None:
             ignore_errors(connection, connection.release)
 
+    def _send_slots(self, slots: list[Slot], batch: Batch | None = None) -> list[str]:
+        """Publish ``slots``: built into ``batch`` already, or one by one through
+        Celery's ``apply_async``; the ids done with."""
+        if batch is not None:
+            return self._send_batch(batch)
+        done = []
+        for entry, task_id in slots:
+            if self._send(entry, task_id) is BROKER_DOWN:
+                break
+            done.append(task_id)
+        return done
+
+    def _build(self, slots: list[Slot]) -> tuple[list[Slot], Batch]:
+        """The first slots' messages, built with Celery's message API
+        (publish.py), up to PUBLISH_BATCH of them or PUBLISH_BYTES of payload; a slot that
+        module cannot build exactly is left to Celery's own ``apply_async``. Built on the
+        tick's thread, so the tick's wait on the publishing thread is for the broker."""
+        batch, size = Batch([], []), 0
+        builder = publish.Builder(self.app)
+        unit = []
+        for entry, task_id in slots[:PUBLISH_BATCH]:
+            unit.append((entry, task_id))
+            try:
+                message = builder.prepare(entry, task_id)
+            except Exception:  # Celery's own path decides, and logs a refusal its way
+                batch.alone.append((entry, task_id))
+                continue
+            batch.ready.append((entry, message))
+            size += len(message.payload)
+            if size >= PUBLISH_BYTES:
+                break
+        return unit, batch
+
+    def _send_batch(self, batch: Batch) -> list[str]:
+        """Write the built messages in one go, then send the others through Celery's
+        ``send_slot``."""
+        ready = batch.ready
+        for entry, message in ready:
+            logger.info("Scheduler: Sending due task %s (%s) id=%s", entry.name, entry.task,
+                        message.task_id)
+        done: list[str] = []
+        if ready:
+            try:
+                refusals = self._write([message for _, message in ready])
+            except Exception as exc:
+                if not isinstance(exc, self._broker_errors):
+                    raise
+                self._broker_failed(f"{len(ready)} slots", exc)
+                return []
+            for (entry, message), refusal in zip(ready, refusals, strict=True):
+                if refusal is not None:
+                    self._refused(entry, message.task_id, refusal)
+                done.append(message.task_id)
+            accepted = [message for (_, message), refusal in zip(ready, refusals, strict=True)
+                        if refusal is None]
+            self.metrics.dispatched("sent", len(accepted))
+            publish.published(accepted)
+        for entry, task_id in batch.alone:
+            if self._send(entry, task_id) is BROKER_DOWN:
+                break
+            done.append(task_id)
+        return done
+
+    def _write(self, messages: list[publish.Outgoing]) -> list[BaseException | None]:
+        connection = self.producer.connection
+        if publish.batch_transport(connection) == "redis":
+            return publish.write_redis(self.producer.channel, messages)
+        return publish.write_amqp(connection, messages, self.publish_timeout)
+
     def _send(self, entry: RedBeatSchedulerEntry, task_id: str) -> object:
         """Publish one slot. A broker that cannot be reached stops this round (the slot
         stays pending and is retried); a message the broker or Celery refuses for what
@@ -832,17 +982,23 @@ class RedBeatScheduler(Scheduler):
         except Exception as exc:
             cause = exc.__context__ or exc  # Celery wraps the error in SchedulingError
             if isinstance(cause, self._broker_errors):
-                lost = self.config.delivery != AT_LEAST_ONCE
-                logger.error("beat: Publishing %s failed, broker unavailable (%s); %s",
-                             task_id, cause, "at-most-once: this run is lost" if lost
-                             else "it stays pending and is retried")
+                self._broker_failed(task_id, cause)
                 return BROKER_DOWN
-            logger.error("beat: Slot %s of %s cannot be published (%r); dropped",
-                         task_id, entry.name, cause)
-            # recorded on the entry, so list/show/status do not count it as a run
-            self.store.record_failure(entry.key, task_id, repr(cause), self.node_id)
-            self.metrics.dispatched("failed")
+            self._refused(entry, task_id, cause)
         return SENT
+
+    def _broker_failed(self, what: str, cause: BaseException) -> None:
+        lost = self.config.delivery != AT_LEAST_ONCE
+        logger.error("beat: Publishing %s failed, broker unavailable (%s); %s", what, cause,
+                     "at-most-once: this run is lost" if lost
+                     else "it stays pending and is retried")
+
+    def _refused(self, entry: RedBeatSchedulerEntry, task_id: str, cause: BaseException) -> None:
+        logger.error("beat: Slot %s of %s cannot be published (%r); dropped",
+                     task_id, entry.name, cause)
+        # recorded on the entry, so list/show/status do not count it as a run
+        self.store.record_failure(entry.key, task_id, repr(cause), self.node_id)
+        self.metrics.dispatched("failed")
 
     # -- shutdown and introspection ------------------------------------------------------
 

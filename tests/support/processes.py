@@ -21,6 +21,7 @@ from typing import Any
 import redis
 
 EXECUTIONS = "e2e:executions"
+PUBLISHED = "e2e:published"
 
 APP_SOURCE = f'''
 import json, os, time
@@ -28,15 +29,47 @@ import redis
 from celery import Celery
 
 conf = json.loads(os.environ["BEATAPP_CONF"])
+record_signals = conf.pop("beatapp_signals", False)
+remote_task = conf.pop("beatapp_remote_task", False)
 app = Celery("beatapp")
 app.conf.update(conf)
 _results = redis.Redis.from_url(os.environ["BEATAPP_RESULTS_URL"])
 
 
+def _record(request, tag, args, kwargs):
+    delivery = request.delivery_info or {{}}
+    run = {{"id": request.id, "tag": tag, "at": time.time(), "args": [tag, *args],
+           "kwargs": kwargs, "exchange": delivery.get("exchange"),
+           "routing_key": delivery.get("routing_key"), "priority": delivery.get("priority")}}
+    _results.rpush("{EXECUTIONS}", json.dumps(run))
+
+
 @app.task(bind=True)
 def record(self, tag="", *args, **kwargs):
-    run = {{"id": self.request.id, "tag": tag, "at": time.time()}}
-    _results.rpush("{EXECUTIONS}", json.dumps(run))
+    _record(self.request, tag, args, kwargs)
+
+
+@app.task(bind=True, name="beatapp.routed")  # for task_routes to route on its own
+def routed(self, tag="", *args, **kwargs):
+    _record(self.request, tag, args, kwargs)
+
+
+if remote_task:  # a task the worker knows and beat does not: beat calls send_task for it
+    @app.task(bind=True, name="beatapp.remote")
+    def remote(self, tag="", *args, **kwargs):
+        _record(self.request, tag, args, kwargs)
+
+
+if record_signals:  # beat records what the publish signals report
+    from celery.signals import after_task_publish, before_task_publish
+
+    def _published(when):
+        def receiver(sender=None, headers=None, **kwargs):
+            _results.rpush("{PUBLISHED}", json.dumps([when, headers["id"]]))
+        return receiver
+
+    before_task_publish.connect(_published("before"), weak=False)
+    after_task_publish.connect(_published("after"), weak=False)
 '''
 
 
@@ -133,14 +166,17 @@ class Cluster:
         }
         self.processes: list[CeleryProcess] = []
 
-    def beat(self, name: str, python: str | None = None, **settings: Any) -> CeleryProcess:
-        args = ["beat", "-S", "redbeat.RedBeatScheduler", "-l", "info",
+    def beat(self, name: str, python: str | None = None,
+             scheduler: str = "redbeat.RedBeatScheduler", **settings: Any) -> CeleryProcess:
+        args = ["beat", "-S", scheduler, "-l", "info",
                 "-s", str(self.directory / f"{name}-schedule")]
         return self._start(name, args, settings, python)
 
-    def worker(self, name: str = "worker", **settings: Any) -> CeleryProcess:
+    def worker(self, name: str = "worker", queues: str | None = None,
+               **settings: Any) -> CeleryProcess:
         args = ["worker", "-P", "solo", "-l", "info", "-n", f"{name}@%h",
-                "--without-heartbeat", "--without-gossip", "--without-mingle"]
+                "--without-heartbeat", "--without-gossip", "--without-mingle",
+                *(["-Q", queues] if queues else [])]
         return self._start(name, args, settings)
 
     def command(self, name: str, *args: str, **settings: Any) -> CeleryProcess:

@@ -8,8 +8,9 @@ calling thread's stack from the innermost frame outward to the first frame that 
 redis-py's (or fakeredis's, or the retry plumbing's). When that frame is in the
 ``redbeat`` package and outside the modules allowed to talk to Redis, the write is
 recorded as a violation. Writes whose first such frame is elsewhere (a test, kombu's
-broker transport, a user's code) are not redbeat's and are ignored, and so is the
-scheduler's PING of a Redis broker (``BROKER_PROBES``), which goes to the broker.
+broker transport, a user's code) are not redbeat's and are ignored, and so are the
+scheduler's PING of a Redis broker (``BROKER_PROBES``) and the batched publish's writes
+(``BROKER_MODULES``), which go to the broker.
 
 ``conftest.py`` installs it for the whole session and fails the test during which a
 violation happened, naming the module, the function and the command.
@@ -32,6 +33,9 @@ ALLOWED = frozenset({"redbeat.store", "redbeat.connection"})
 #: Functions that talk to the *broker*, not to the schedule's Redis: a PING on a client
 #: from kombu's pool, when the broker is Redis (wherever the publish code keeps it).
 BROKER_PROBES = frozenset({"_ping_broker"})
+#: Modules that talk only to the broker: the batched publish writes a Redis broker's
+#: queues through a client of kombu's pool, never the schedule's Redis.
+BROKER_MODULES = frozenset({"redbeat.publish"})
 
 #: Frames skipped on the way out: the client library, and redbeat's pass-through
 #: wrappers, which send for whoever called them (``RetryingConnection`` is the
@@ -83,7 +87,7 @@ def _note(packed: Any) -> None:
     if found is None:
         return
     module, function, line = found
-    if function in BROKER_PROBES:
+    if function in BROKER_PROBES or module in BROKER_MODULES:
         return
     if (module == "redbeat" or module.startswith("redbeat.")) and module not in ALLOWED:
         with _lock:

@@ -1,0 +1,381 @@
+"""The batched publish: the slots of a tick built with Celery's own message API and
+written to the broker in one go.
+
+Celery's per-message ``apply_async`` costs a Redis broker one client object and one
+``LPUSH`` round trip per message (about 450 us each here), which for a burst of a
+thousand slots is most of what a user waits for. This module builds the same messages
+(``app.amqp.create_task_message`` for the app's protocol, the app's router and
+``task_routes``, queue, exchange, priority, headers, ``expires``, ``eta``/``countdown``,
+the ``before_task_publish``/``after_task_publish`` signals) and writes them
+
+- to a Redis broker: in one pipeline, in the layout kombu's Redis transport reads
+  (the message JSON with its base64 body and delivery tag, ``LPUSH``ed to the queue or
+  to its priority sub-queue, queues found through the ``_kombu.binding.*`` tables);
+- to RabbitMQ: on one channel in confirm mode, the confirms collected once per batch.
+
+A slot counts as published only once its broker accepted it (the pipeline answered,
+or RabbitMQ acked it). Whatever this module does not reproduce exactly raises
+:class:`Unsupported`, and the scheduler sends that slot through Celery's own path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from amqp import spec
+from celery import Celery, signals
+from celery.app.task import Task
+from celery.backends.base import Backend
+from celery.beat import _evaluate_entry_args, _evaluate_entry_kwargs
+from celery.utils.time import maybe_make_aware
+from kombu import Exchange, Queue
+from kombu.common import Broadcast, maybe_declare
+from kombu.compression import compress
+from kombu.entity import maybe_delivery_mode
+from kombu.serialization import dumps
+from kombu.transport import pyamqp
+from kombu.transport import redis as kombu_redis
+from kombu.utils.json import dumps as json_dumps
+from kombu.utils.uuid import uuid
+
+try:  # Celery >= 5.5: eta/countdown on quorum queues take a delayed-delivery route
+    from celery.utils.quorum_queues import detect_quorum_queues
+except ImportError:  # pragma: no cover - older Celery has no such route
+    detect_quorum_queues = None
+
+#: Options (of an entry, or of its registered task) this module reproduces exactly.
+OPTIONS = frozenset({
+    "queue", "exchange", "routing_key", "exchange_type", "priority", "headers", "expires",
+    "eta", "countdown", "time_limit", "soft_time_limit", "serializer", "compression",
+    "delivery_mode", "ignore_result",
+})
+#: What may be left once the router has merged its route into the options.
+ROUTED = frozenset({"queue", "exchange", "routing_key", "exchange_type", "priority",
+                    "headers", "serializer", "compression", "delivery_mode"})
+
+
+class Unsupported(Exception):
+    """This slot needs Celery's per-message path: an option, a setting or a task class
+    whose effect this module does not reproduce."""
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """One message ready for the wire, and what the signals report about it."""
+
+    task_id: str
+    name: str
+    body: Any  # the task body as Celery built it (the signals get this)
+    payload: bytes | str  # serialised (and compressed) body
+    content_type: str
+    content_encoding: str
+    headers: dict[str, Any]
+    properties: dict[str, Any]
+    priority: int | None
+    exchange: str
+    routing_key: str
+    queue: Queue | None  # declared before the first publish to it
+
+
+def batch_transport(connection: Any) -> str | None:
+    """``"redis"`` or ``"amqp"`` when the connection's transport is exactly kombu's
+    Redis or py-amqp one (a subclass or another transport may store messages
+    differently), else None."""
+    transport = type(connection.transport)
+    if transport is kombu_redis.Transport:
+        return "redis"
+    if transport is pyamqp.Transport:
+        return "amqp"
+    return None
+
+
+def app_supports_batch(app: Celery) -> bool:
+    """Settings whose per-message effects this module does not reproduce: sent events,
+    the deprecated ``task_sent`` signal, eager mode, a result backend that acts on every
+    send (rpc://)."""
+    conf = app.conf
+    if conf.task_send_sent_event or conf.task_always_eager or signals.task_sent.receivers:
+        return False
+    return type(app.backend).on_task_call is Backend.on_task_call
+
+
+class Builder:
+    """Builds the messages of one batch; the settings it needs are read once per batch
+    (``app.conf`` lookups cost more than the rest of a message's addressing)."""
+
+    def __init__(self, app: Celery) -> None:
+        conf = app.conf
+        self.app = app
+        self.amqp = app.amqp
+        self.thread_oid = app.thread_oid
+        self.delivery_mode = conf.task_default_delivery_mode
+        self.routing_key = conf.task_default_routing_key
+        self.serializer = conf.task_serializer
+        self.compression = conf.task_compression
+        self.retry_policy = dict(conf.task_publish_retry_policy or {})
+
+    def prepare(self, entry: Any, task_id: str) -> Outgoing:
+        """Build the message Celery's ``Scheduler.apply_async`` would publish for
+        ``entry`` with ``task_id``, and send ``before_task_publish`` for it, as Celery
+        does before a publish. Raises :class:`Unsupported` for what needs Celery's own
+        path."""
+        app, name = self.app, entry.task
+        args = _evaluate_entry_args(entry.args)
+        kwargs = _evaluate_entry_kwargs(entry.kwargs)
+        options = {key: value for key, value in entry.options.items() if key != "task_id"}
+        options["headers"] = {**(options.get("headers") or {}), "celery_beat_task": True}
+        _check(options, OPTIONS, "option")
+        task = app.tasks.get(name)
+        shadow = None
+        if task is not None:
+            options, shadow = _task_options(task, args, kwargs, options)
+        expires = options.pop("expires", None)
+        time_limit = options.pop("time_limit", None)
+        soft_time_limit = options.pop("soft_time_limit", None)
+        ignore_result = options.pop("ignore_result", None)
+        eta, countdown = options.pop("eta", None), options.pop("countdown", None)
+        options = self.amqp.router.route(options, name, args, kwargs, task)
+        _check(options, ROUTED, "routed option")
+        if (eta or countdown) and _quorum(app):
+            raise Unsupported("eta/countdown on quorum queues")
+        message = self.amqp.create_task_message(
+            task_id, name, args, kwargs, countdown=countdown, eta=eta, expires=expires,
+            reply_to=self.thread_oid, time_limit=time_limit, soft_time_limit=soft_time_limit,
+            shadow=shadow, ignore_result=ignore_result)
+        return self._address(name, message, options, _expiration(app, expires))
+
+    def _address(self, name: str, message: Any, options: dict[str, Any],
+                 expiration: float | None) -> Outgoing:
+        """Celery's ``send_task_message`` and kombu's ``Producer.publish``, without the
+        publish: the queue, exchange, routing key and delivery mode, the serialised
+        body, and ``before_task_publish``."""
+        amqp = self.amqp
+        headers, properties, body, _ = message
+        headers.update(options.pop("headers", None) or {})
+        queue = options.pop("queue", None)
+        exchange = options.pop("exchange", None)
+        routing_key = options.pop("routing_key", None)
+        exchange_type = options.pop("exchange_type", None)
+        priority = options.pop("priority", None)
+        qname = queue
+        if queue is None and exchange is None:
+            queue = amqp.default_queue
+        if isinstance(queue, str):
+            qname, queue = queue, amqp.queues[queue]
+        elif queue is not None:
+            qname = queue.name
+        if isinstance(queue, Broadcast):
+            raise Unsupported("broadcast queue")
+        delivery_mode = (options.pop("delivery_mode", None)
+                         or getattr(getattr(queue, "exchange", None), "delivery_mode", None)
+                         or self.delivery_mode)
+        if exchange_type is None:
+            exchange_type = getattr(getattr(queue, "exchange", None), "type", "direct")
+        if exchange_type == "fanout":
+            raise Unsupported("fanout exchange")
+        if (not exchange or not routing_key) and exchange_type == "direct":
+            exchange, routing_key = "", qname
+        elif exchange is None:
+            exchange = queue.exchange.name or amqp.default_exchange
+            routing_key = routing_key or queue.routing_key or self.routing_key
+        serializer = options.pop("serializer", None) or self.serializer
+        compression = options.pop("compression", None) or self.compression
+        signals.before_task_publish.send(
+            sender=name, body=body, exchange=exchange, routing_key=routing_key,
+            declare=[queue] if queue is not None else [], headers=headers,
+            properties=properties, retry_policy=dict(self.retry_policy))
+        if isinstance(exchange, Exchange):
+            exchange_name = exchange.name
+            delivery_mode = delivery_mode or exchange.delivery_mode
+        else:
+            exchange_name = exchange or ""
+        properties["delivery_mode"] = maybe_delivery_mode(delivery_mode)
+        if expiration is not None:
+            properties["expiration"] = str(int(expiration * 1000))
+        content_type, content_encoding, payload = dumps(body, serializer=serializer)
+        if compression:
+            payload, headers["compression"] = compress(payload, compression)
+        return Outgoing(name=name, task_id=headers.get("id") or properties["correlation_id"],
+                        body=body, payload=payload, content_type=content_type,
+                        content_encoding=content_encoding, headers=headers,
+                        properties=properties, priority=priority, exchange=exchange_name,
+                        routing_key=routing_key or "", queue=queue)
+
+
+def _check(options: dict[str, Any], known: frozenset[str], what: str) -> None:
+    unknown = sorted(key for key, value in options.items()
+                     if key not in known and value is not None and value is not False)
+    if unknown:
+        raise Unsupported(f"{what}s {unknown}")
+    for key in [key for key in options if key not in known]:
+        del options[key]  # None or False: the same as not given
+
+
+def _task_options(task: Task, args: Any, kwargs: Any,
+                  options: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """What ``Task.apply_async`` adds for a registered task: its argument check, its
+    shadow name and its execution options (the entry's own win)."""
+    if type(task).apply_async is not Task.apply_async or getattr(task, "__v2_compat__", False):
+        raise Unsupported(f"task class of {task.name} overrides apply_async")
+    if getattr(task, "_dump_pydantic_arguments", None) is not None:
+        raise Unsupported(f"task {task.name} takes pydantic arguments")
+    if task.soft_time_limit and task.time_limit and task.soft_time_limit > task.time_limit:
+        raise ValueError("soft_time_limit must be less than or equal to time_limit")
+    if task.typing:
+        check_arguments = getattr(task, "__header__", None)
+        if check_arguments is not None:
+            check_arguments(*(args or ()), **(kwargs or {}))
+    merged = {key: value for key, value in task._get_exec_options().items()
+              if value is not None}
+    merged.update(options)
+    merged.setdefault("ignore_result", task.ignore_result)
+    _check(merged, OPTIONS, "task option")
+    return merged, task.shadow_name(args, kwargs, merged)
+
+
+def _quorum(app: Celery) -> bool:
+    if detect_quorum_queues is None:
+        return False
+    driver_type = app.connection_for_write().transport.driver_type
+    return bool(detect_quorum_queues(app, driver_type)[0])
+
+
+def _expiration(app: Celery, expires: Any) -> float | None:
+    """The message TTL (seconds) Celery's ``send_task`` derives from ``expires``."""
+    if expires is None:
+        return None
+    if isinstance(expires, str):
+        expires = datetime.fromisoformat(expires)
+    if isinstance(expires, datetime):
+        seconds = (maybe_make_aware(expires) - app.now()).total_seconds()
+    else:
+        seconds = float(expires)
+    return max(seconds, 0.0)
+
+
+def published(messages: Sequence[Outgoing]) -> None:
+    """``after_task_publish`` for each message its broker accepted."""
+    for message in messages:
+        signals.after_task_publish.send(
+            sender=message.name, body=message.body, headers=message.headers,
+            exchange=message.exchange, routing_key=message.routing_key)
+
+
+def declare(channel: Any, messages: Sequence[Outgoing]) -> None:
+    """Declare each destination queue once per connection (kombu remembers), as the
+    per-message path does before its first publish to a queue."""
+    seen: set[str] = set()
+    for message in messages:
+        if message.queue is not None and message.queue.name not in seen:
+            seen.add(message.queue.name)
+            maybe_declare(message.queue, channel)
+
+
+def write_redis(channel: Any, messages: Sequence[Outgoing]) -> list[BaseException | None]:
+    """Write ``messages`` through kombu Redis ``channel``'s pool in one pipeline, in the
+    layout its ``basic_publish`` writes; per message, None or the error Redis answered
+    it with. A connection error is raised: then nothing counts as written."""
+    declare(channel, messages)
+    queues = _redis_queues(channel, messages)
+    with channel.conn_or_acquire() as client:
+        pipe = client.pipeline(transaction=False)
+        spans = []
+        for message, destinations in zip(messages, queues, strict=True):
+            before = len(pipe)
+            record = _redis_record(channel, message)
+            text = json_dumps(record)
+            priority = channel._get_message_priority(record, reverse=False)
+            for queue in destinations:
+                pipe.lpush(channel._q_for_pri(queue, priority), text)
+                ttl = channel._expires.get(queue)
+                if ttl is not None:
+                    for step in channel.priority_steps:
+                        pipe.pexpire(channel._q_for_pri(queue, step), ttl)
+            spans.append((before, len(pipe)))
+        replies = pipe.execute(raise_on_error=False) if len(pipe) else []
+    return [next((reply for reply in replies[start:end] if isinstance(reply, Exception)), None)
+            for start, end in spans]
+
+
+def _redis_queues(channel: Any, messages: Sequence[Outgoing]) -> list[list[str]]:
+    """The queues each message goes to, the exchange tables read once per batch."""
+    found: dict[tuple[str, str], list[str]] = {}
+    result = []
+    for message in messages:
+        key = (message.exchange, message.routing_key)
+        if key not in found:
+            found[key] = list(channel._lookup(*key))
+        result.append(found[key])
+    return result
+
+
+def _redis_record(channel: Any, message: Outgoing) -> dict[str, Any]:
+    record: dict[str, Any] = channel.prepare_message(
+        message.payload, message.priority, message.content_type, message.content_encoding,
+        message.headers, dict(message.properties))
+    record["body"], body_encoding = channel.encode_body(record["body"], channel.body_encoding)
+    properties = record["properties"]
+    properties["body_encoding"] = body_encoding
+    properties["delivery_tag"] = uuid()
+    properties["delivery_info"].update(exchange=message.exchange,
+                                       routing_key=message.routing_key)
+    return record
+
+
+def write_amqp(connection: Any, messages: Sequence[Outgoing],
+               timeout: float) -> list[BaseException | None]:
+    """Publish ``messages`` on a channel of their own in confirm mode and wait (at most
+    ``timeout`` seconds) for RabbitMQ to ack them all; per message, None or the nack.
+    Unconfirmed messages raise: the caller cannot know whether they arrived."""
+    channel = connection.channel()
+    try:
+        declare(channel, messages)
+        channel.confirm_select()
+        pending = object()  # not settled yet
+        outcome: list[Any] = [pending] * len(messages)
+        low = [0]  # every tag at or below low[0] is settled
+
+        def settle(tag: int, multiple: bool, verdict: BaseException | None) -> None:
+            first = low[0] if multiple else tag - 1
+            for index in range(first, tag):
+                if outcome[index] is pending:
+                    outcome[index] = verdict
+            while low[0] < len(outcome) and outcome[low[0]] is not pending:
+                low[0] += 1
+
+        channel.events["basic_ack"].add(lambda tag, multiple: settle(tag, multiple, None))
+        channel.events["basic_nack"].add(
+            lambda tag, multiple: settle(tag, multiple, MessageNacked()))
+        # py-amqp's basic_publish polls the socket for a connection.blocked notice
+        # before each message: once per batch is enough
+        _poll(channel.connection)
+        for message in messages:
+            channel.send_method(
+                spec.Basic.Publish, "Bssbb",
+                (0, message.exchange, message.routing_key, False, False),
+                channel.prepare_message(message.payload, message.priority,
+                                        message.content_type, message.content_encoding,
+                                        message.headers, dict(message.properties)))
+        while low[0] < len(outcome):
+            channel.wait([spec.Basic.Ack, spec.Basic.Nack], timeout=timeout)
+        return outcome
+    finally:
+        try:
+            channel.close()
+        except Exception:  # noqa: S110 - the connection is dropped by the caller anyway
+            pass
+
+
+def _poll(connection: Any) -> None:
+    """Handle what RabbitMQ sent unasked (a connection.blocked notice), without waiting."""
+    try:
+        connection.drain_events(timeout=0)
+    except (TimeoutError, OSError):
+        pass
+
+
+class MessageNacked(Exception):
+    """RabbitMQ refused this message (a nack)."""

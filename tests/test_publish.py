@@ -1,0 +1,159 @@
+"""publish.py against Celery's own publish, on a real Redis broker: for each set of
+options, the message the batched path writes is the one Celery's per-message
+``apply_async`` writes (same key, same JSON, but for the delivery tag and the instants
+Celery computes from the clock), and what it cannot reproduce goes Celery's way."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from celery.signals import after_task_publish, before_task_publish
+from kombu import Exchange, Queue
+
+from conftest import make_app
+from redbeat import RedBeatScheduler, RedBeatSchedulerEntry, publish
+from support.redis_server import RedisServer
+
+QUEUES = [Queue("celery", Exchange("celery"), routing_key="celery"),
+          Queue("mail", Exchange("mail"), routing_key="mail"),
+          Queue("reports", Exchange("topics", type="topic"), routing_key="reports.#")]
+ROUTES = {"tasks.routed": {"queue": "mail"},
+          "tasks.topic": {"queue": "reports", "routing_key": "reports.daily"}}
+
+CASES = {
+    "plain": ("tasks.plain", {}),
+    "queue and priority": ("tasks.plain", {"queue": "mail", "priority": 7}),
+    "task_routes": ("tasks.routed", {}),
+    "task_routes to a topic exchange": ("tasks.topic", {}),
+    "expires seconds": ("tasks.plain", {"expires": 60}),
+    "countdown": ("tasks.plain", {"countdown": 30}),
+    "headers and limits": ("tasks.plain", {"headers": {"tenant": "a"}, "time_limit": 9,
+                                           "soft_time_limit": 5, "ignore_result": True}),
+    "registered task": ("tests.registered", {}),
+}
+
+
+@pytest.fixture
+def broker():
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def scheduler(redis_server, broker):
+    app = make_app(redis_server.url, broker_url=broker.url, task_queues=QUEUES,
+                   task_routes=ROUTES, task_default_queue="celery",
+                   task_queue_max_priority=9)
+
+    @app.task(name="tests.registered", queue="reports", priority=3)
+    def registered(x, y=0):
+        return x
+
+    return RedBeatScheduler(app)
+
+
+def written(client) -> dict[str, list[dict]]:
+    """Every message in the broker, by list key, the newest first."""
+    return {key: [json.loads(raw) for raw in client.lrange(key, 0, -1)]
+            for key in client.keys("*") if client.type(key) == "list"}
+
+
+def comparable(message: dict) -> dict:
+    """A message with what depends on the instant it was built taken out."""
+    message = json.loads(json.dumps(message))
+    message["properties"].pop("delivery_tag")
+    if "expiration" in message["properties"]:  # milliseconds: to the second
+        message["properties"]["expiration"] = round(int(message["properties"]["expiration"])
+                                                    / 1000)
+    for name in ("eta", "expires"):
+        if message["headers"].get(name):
+            message["headers"][name] = message["headers"][name][:16]  # to the minute
+    message["body"] = json.loads(base64.b64decode(message["body"]))
+    return message
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_batched_message_is_celerys_message(scheduler, broker, case):
+    task, options = CASES[case]
+    entry = RedBeatSchedulerEntry("e", task, 60, args=[1], kwargs={"y": 2}, options=options,
+                                  app=scheduler.app)
+    client = broker.client()
+    scheduler.send_slot(entry, "e:1")
+    celerys = written(client)
+    client.delete(*celerys)  # the messages; the exchange bindings stay, as in a broker
+    message = publish.Builder(scheduler.app).prepare(entry, "e:1")
+    assert publish.write_redis(scheduler.producer.channel, [message]) == [None]
+    ours = written(client)
+    assert list(ours) == list(celerys) and len(ours) == 1, (ours, celerys)
+    key = next(iter(ours))
+    assert [comparable(m) for m in ours[key]] == [comparable(m) for m in celerys[key]]
+
+
+def test_priority_goes_to_kombus_priority_sub_queue(scheduler, broker):
+    entry = RedBeatSchedulerEntry("e", "tasks.plain", 60, options={"priority": 7},
+                                  app=scheduler.app)
+    message = publish.Builder(scheduler.app).prepare(entry, "e:1")
+    publish.write_redis(scheduler.producer.channel, [message])
+    assert broker.client().llen("celery\x06\x166") == 1  # kombu's steps: 0, 3, 6, 9
+
+
+def test_signals_fire_before_and_after_the_write(scheduler):
+    seen = []
+
+    def before(sender=None, headers=None, **kwargs):
+        seen.append(("before", sender, headers["id"]))
+
+    def after(sender=None, headers=None, **kwargs):
+        seen.append(("after", sender, headers["id"]))
+
+    before_task_publish.connect(before, weak=False)
+    after_task_publish.connect(after, weak=False)
+    try:
+        entries = [RedBeatSchedulerEntry(f"e{i}", "tasks.plain", 60, app=scheduler.app)
+                   for i in range(2)]
+        slots, batch = scheduler._build([(entry, f"{entry.name}:1") for entry in entries])
+        sent = scheduler._send_slots(slots, batch)
+    finally:
+        before_task_publish.disconnect(before)
+        after_task_publish.disconnect(after)
+    assert sent == ["e0:1", "e1:1"]
+    assert seen == [("before", "tasks.plain", "e0:1"), ("before", "tasks.plain", "e1:1"),
+                    ("after", "tasks.plain", "e0:1"), ("after", "tasks.plain", "e1:1")]
+
+
+@pytest.mark.parametrize("options", [{"link": None, "retry_policy": {"max_retries": 1}},
+                                     {"queue": "bcast"}])
+def test_what_it_does_not_reproduce_is_left_to_celery(scheduler, options):
+    scheduler.app.conf.task_queues = [*QUEUES]
+    entry = RedBeatSchedulerEntry("e", "tasks.plain", 60, options=options, app=scheduler.app)
+    if options.get("queue") == "bcast":
+        from kombu.common import Broadcast
+
+        entry.options["queue"] = Broadcast("bcast")
+    with pytest.raises(publish.Unsupported):
+        publish.Builder(scheduler.app).prepare(entry, "e:1")
+
+
+def test_a_message_redis_refuses_is_dropped_and_the_others_are_written(scheduler, broker):
+    client = broker.client()
+    entries = [RedBeatSchedulerEntry("a", "tasks.plain", 60, app=scheduler.app),
+               RedBeatSchedulerEntry("b", "tasks.plain", 60, options={"queue": "mail"},
+                                     app=scheduler.app)]
+    builder = publish.Builder(scheduler.app)
+    messages = [builder.prepare(entry, f"{entry.name}:1") for entry in entries]
+    publish.declare(scheduler.producer.channel, messages)
+    client.set("mail", "not a list")  # LPUSH to it fails with WRONGTYPE
+    refusals = publish.write_redis(scheduler.producer.channel, messages)
+    assert refusals[0] is None and "WRONGTYPE" in str(refusals[1])
+    assert client.llen("celery") == 1
+
+
+def test_expires_as_a_datetime_becomes_the_message_ttl(scheduler):
+    expires = datetime.now(timezone.utc) + timedelta(seconds=90)
+    entry = RedBeatSchedulerEntry("e", "tasks.plain", 60, options={"expires": expires},
+                                  app=scheduler.app)
+    message = publish.Builder(scheduler.app).prepare(entry, "e:1")
+    assert 88_000 <= int(message.properties["expiration"]) <= 90_000
