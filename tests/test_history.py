@@ -180,3 +180,26 @@ def test_another_type_at_the_stream_key_stops_neither_beat_nor_show_nor_the_web(
                                               headers={"Host": "127.0.0.1"})
     assert page.status_code == 200
     assert "history stream unreadable" in page.get_data(as_text=True)
+
+
+def test_a_user_without_stream_commands_runs_and_shows_without_history():
+    """An ACL user set up from an older docs/deployments.md (no XADD, XTRIM, XREVRANGE):
+    the commit still applies (the record is skipped, not the run), and the entry reads
+    with the reason in place of its history."""
+    from support.deployments import SCHEDULER_COMMANDS, acl_server
+
+    commands = SCHEDULER_COMMANDS.replace(" +xadd +xtrim +xrevrange", "")
+    assert commands != SCHEDULER_COMMANDS
+    with acl_server("redbeat:", commands=commands) as server:
+        app = make_app(server.beat_url)
+        entry = RedBeatSchedulerEntry("e", "tasks.x", 10.0, app=app, last_run_at=at(-10))
+        entry.save()
+        clock = Clock()
+        scheduler = leader(app, clock)
+        run(scheduler, clock, 2)
+        assert [task_id for _, task_id in scheduler.sent] == \
+            [f"e:{round(T0 * 1000)}", f"e:{round((T0 + 10) * 1000)}"]
+        assert RedBeatSchedulerEntry.from_key(entry.key, app=app).total_run_count == 2
+        assert not server.client().exists(HISTORY)
+        info = get_entry(app, "e")
+        assert info.history == [] and "no permissions" in (info.history_error or "")
