@@ -84,8 +84,12 @@ def scenario_drain(url: str, size: int) -> dict[str, Any]:
     """Tick until each of the ``size`` due entries has been sent once."""
     import worker
 
+    app = worker.make_app(url)
+    # celery-redbeat sends its whole backlog in one tick: a lease outlasting it, so the
+    # next tick's extension finds the lock still its own
+    app.conf.redbeat_lock_timeout = 3600
     began = time.perf_counter()
-    scheduler = worker.start(worker.make_app(url))
+    scheduler = worker.start(app)
     ticks = 0
     while len({name for name, _ in scheduler.sent}) < size and ticks < 100_000:
         scheduler.tick()
@@ -166,19 +170,35 @@ def log(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
+RAW = HERE / "memory.json"
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Every measurement, saved to memory.json as it is taken; with ``--resume``, those
+    already there (same runs) are kept, not taken again: the whole run takes tens of
+    minutes on a loaded machine."""
     impls = {"ours": args.ours, **({"celery-redbeat": args.compare} if args.compare else {})}
     results: dict[str, Any] = {"entry": {}, "schedule": {}, "runs": args.runs}
+    if args.resume and RAW.exists():
+        saved = json.loads(RAW.read_text())
+        if saved.get("runs") == args.runs:
+            results = saved
     for impl, python in impls.items():
+        if impl in results["entry"]:
+            continue
         results["entry"][impl] = measure_entry(impl, python, args)
+        RAW.write_text(json.dumps(results, indent=1))
         log(f"entry {impl}: {json.dumps(results['entry'][impl])}")
     sizes = {"ours": sorted({args.n, args.ref_n})} if args.compare else {"ours": [args.n]}
     if args.compare:
         sizes["celery-redbeat"] = [args.ref_n]
     for impl, ns in sizes.items():
         for n in ns:
+            if any(row["n"] == n for row in results["schedule"].get(impl, [])):
+                continue
             figures = measure_schedule(impl, impls[impl], n, args)
             results["schedule"].setdefault(impl, []).append(figures)
+            RAW.write_text(json.dumps(results, indent=1))
             log(f"N={n:,} {impl}: {json.dumps(figures)}")
     results["redis_version"] = results["schedule"]["ours"][0]["redis_version"]
     results["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -247,7 +267,7 @@ def section(results: dict[str, Any], command: str) -> str:
 
 
 def write_results(results: dict[str, Any], command: str) -> str:
-    (HERE / "memory.json").write_text(json.dumps(results, indent=1))
+    RAW.write_text(json.dumps(results, indent=1))
     text = section(results, command)
     path = HERE / "RESULTS.md"
     old = path.read_text() if path.exists() else ""
@@ -277,10 +297,14 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3600,
                         help="seconds a whole-schedule run may take")
     parser.add_argument("--redis-server", default="redis-server", help="the redis-server binary")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the measurements memory.json already has")
     args = parser.parse_args()
     if args.quick:
         args.n = args.ref_n = 10_000
-    command = " ".join(["python benchmarks/memory.py", *sys.argv[1:]])
+    # as run, less --resume (figures taken earlier by the same command are the same kind)
+    command = " ".join(["python benchmarks/memory.py",
+                        *(arg for arg in sys.argv[1:] if arg != "--resume")])
     print(write_results(run(args), command))
 
 

@@ -36,7 +36,7 @@ DEFAULT_POLL_INTERVAL = 1.0
 LEASE_POLLS = 5
 DEFAULT_BATCH_SIZE = 1000
 DEFAULT_HISTORY_LENGTH = 10
-#: Dispatch records the schedule's history stream keeps (about 100 bytes each): about
+#: Dispatch records the schedule's history stream keeps (about 80 bytes each): under
 #: 1 MB in all, whatever the number of entries.
 DEFAULT_HISTORY_STREAM_LENGTH = 10_000
 AT_LEAST_ONCE = "at-least-once"
