@@ -68,7 +68,7 @@ from .settings import (
     conf_lookup,
     ensure_conf,
 )
-from .store import Fetch, LockLost, Op, Row, StaticWrite, load_script
+from .store import Fetch, LockLost, Op, Row, StaticWrite, with_flag_reply
 
 logger = logging.getLogger("celery.beat")
 
@@ -1076,8 +1076,8 @@ class RedBeatScheduler(Scheduler):
 # -- names celery-redbeat 2.4.2 exposed here ---------------------------------------------
 
 #: The script that pushes the lock's expiry back to a full timeout (this package's
-#: extend.lua; 2.4.2 exposed its own under this name).
-LUA_EXTEND_TO_SCRIPT = load_script("extend")
+#: extend.lua, replying 1 or 0 as the one 2.4.2 exposed under this name did).
+LUA_EXTEND_TO_SCRIPT = with_flag_reply("extend")
 #: Attributes of the app that hold the client (and, in 2.4.2, the Sentinel object).
 REDBEAT_REDIS_KEY = CLIENT_ATTRIBUTE
 REDBEAT_SENTINEL_KEY = "redbeat_sentinel"

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from redis.exceptions import RedisError, ResponseError
 
@@ -49,6 +49,38 @@ def _lua(name: str) -> str:
 def load_script(name: str) -> str:
     """A script's text, after the prelude every script shares (lua/prelude.lua)."""
     return _lua("prelude") + _lua(name)
+
+
+class Reply(NamedTuple):
+    """A script's reply: every script returns ``{status, payload...}`` (lua/prelude.lua)."""
+
+    status: str
+    payload: list[Any]
+
+    def fenced(self) -> list[Any]:
+        """The payload of a script that checks the lease; LockLost when it was refused."""
+        if self.status == "lost":
+            raise LockLost(self.payload[0] if self.payload else None)
+        return self.payload
+
+
+def with_flag_reply(name: str) -> str:
+    """Script ``name`` replying 1 for 'ok' and 0 otherwise, as celery-redbeat 2.4.2's
+    scripts did: for the names it exposed (``schedulers.LUA_EXTEND_TO_SCRIPT``)."""
+    return (f"local function run()\n{load_script(name)}\nend\n"
+            "return run()[1] == 'ok' and 1 or 0\n")
+
+
+def pairs(flat: list[Any]) -> dict[Any, Any]:
+    """A flat ``[k1, v1, k2, v2, ...]`` reply as a dict."""
+    return dict(zip(flat[0::2], flat[1::2], strict=True))
+
+
+def script_reply(name: str, raw: Any) -> Reply:
+    """Decode a reply of script ``name``: the one place that knows the shape."""
+    if not isinstance(raw, list) or not raw or not isinstance(raw[0], str):
+        raise ResponseError(f"{name}.lua replied {raw!r}, not {{status, payload...}}")
+    return Reply(raw[0], raw[1:])
 
 
 #: What tick.lua found: this node leads, just took the lock, or another node leads.
@@ -125,9 +157,13 @@ class ScheduleStore:
                          "count_quarantined", "view_match")
         }
 
-    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        script = self._scripts[name]
-        return self.retry.call(lambda: script(keys=list(keys), args=list(args)))
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Reply:
+        """One script call under the retry policy."""
+        return self.retry.call(lambda: self._call(name, keys, args))
+
+    def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Reply:
+        """One script call, one attempt."""
+        return script_reply(name, self._scripts[name](keys=list(keys), args=list(args)))
 
     def preload(self) -> dict[str, str]:
         """Load every script and read the eviction policy, in one round trip.
@@ -189,20 +225,20 @@ class ScheduleStore:
              self.keys.held_definitions],
             [repr(now), batch, token, timeout_ms, node_id],
         )
-        status = reply[0]
+        status, payload = reply
         if status == "standby":
-            return Fetch(status, holder=reply[1], holder_ttl_ms=int(reply[2]))
+            holder, ttl = payload
+            return Fetch("standby", holder=holder, holder_ttl_ms=int(ttl))
         if status == "acquired":
-            return Fetch(status)
-        next_score = float(reply[1]) if reply[1] is not None else None
-        flat_pending = reply[2]
-        pending = dict(zip(flat_pending[0::2], flat_pending[1::2], strict=True))
+            return Fetch("acquired")
+        if status != "leader":
+            raise ResponseError(f"tick.lua replied with the unknown status {status!r}")
+        next_score, flat_pending, rows_json, flat_held, flat_policies = payload
         rows = [Row(key, float(score), *fields)
-                for key, score, *fields in json.loads(reply[3]) or ()]
-        flat_held, flat_policies = reply[4], reply[5]
-        return Fetch(status, next_score=next_score, pending=pending, rows=rows,
-                     held=dict(zip(flat_held[0::2], flat_held[1::2], strict=True)),
-                     policies=dict(zip(flat_policies[0::2], flat_policies[1::2], strict=True)))
+                for key, score, *fields in json.loads(rows_json) or ()]
+        return Fetch("leader", next_score=None if next_score is None else float(next_score),
+                     pending=pairs(flat_pending), rows=rows, held=pairs(flat_held),
+                     policies=pairs(flat_policies))
 
     def commit(self, ops: Sequence[Op], lease: Lease | None, node: str,
                claimed_at: float) -> set[str]:
@@ -218,9 +254,8 @@ class ScheduleStore:
                                      self.keys.held_definitions, self.keys.history],
                           [token, timeout_ms, repr(claimed_at), node, operations,
                            self.history_length, Holder.parse(node).process])
-        if reply[0] == "lost":
-            raise LockLost(reply[1])
-        return set(reply[2])
+        _applied, skipped = reply.fenced()
+        return set(skipped)
 
     def confirm(self, task_ids: Iterable[str],
                 misfires: Sequence[tuple[str, int, str]] = ()) -> None:
@@ -253,9 +288,10 @@ class ScheduleStore:
         into a broker outage or stop that thread."""
         at = time.time() if at is None else at
         try:
-            return bool(self._scripts["failure"](
-                keys=[key, self.keys.failing],
-                args=[failure_json(task_id, reason, node, at), repr(at), RECENT_FAILURES]))
+            reply = self._call(
+                "failure", [key, self.keys.failing],
+                [failure_json(task_id, reason, node, at), repr(at), RECENT_FAILURES])
+            return reply.status == "ok"
         except RedisError as exc:
             logger.warning("beat: Could not record the failed dispatch %s: %s", task_id, exc)
             return False
@@ -263,13 +299,14 @@ class ScheduleStore:
     def hold(self, task_id: str, message: str, definition: str) -> bool:
         """Hold one slot outside a tick (run-now) as commit.lua holds claimed ones;
         False when that task id was already pending."""
-        return bool(self._run("hold", [self.keys.pending, self.keys.held_definitions],
-                              [task_id, message, definition_sha1(definition), definition]))
+        reply = self._run("hold", [self.keys.pending, self.keys.held_definitions],
+                          [task_id, message, definition_sha1(definition), definition])
+        return reply.status == "ok"
 
     def sweep_parked(self, offset: int, count: int) -> tuple[int, int]:
         """Drop up to ``count`` parked members whose hash expired, from ``offset`` on;
         returns where to continue (0: start over) and how many were dropped."""
-        next_offset, dropped = self._run("sweep", [self.keys.schedule], [offset, count])
+        next_offset, dropped = self._run("sweep", [self.keys.schedule], [offset, count]).payload
         return int(next_offset), int(dropped)
 
     # -- the lock ------------------------------------------------------------------------
@@ -283,10 +320,10 @@ class ScheduleStore:
         """Set the lock's remaining time (default: the lease's timeout) if the lease
         holds it."""
         ms = lease.timeout_ms if timeout_ms is None else timeout_ms
-        return bool(self._run("extend", [lease.name], [lease.token, ms]))
+        return self._run("extend", [lease.name], [lease.token, ms]).status == "ok"
 
     def release_lock(self, lease: Lease) -> bool:
-        return bool(self._run("release", [lease.name], [lease.token]))
+        return self._run("release", [lease.name], [lease.token]).status == "ok"
 
     def farewell(self, lease: Lease | None, node_id: str) -> bool:
         """Release the lock (when a lease is given and holds it) and drop this node's
@@ -297,7 +334,7 @@ class ScheduleStore:
         and a lock nobody releases expires by itself anyway."""
         released = False
         if lease is not None:
-            released = bool(self._scripts["release"](keys=[lease.name], args=[lease.token]))
+            released = self._call("release", [lease.name], [lease.token]).status == "ok"
         self.client.hdel(self.keys.nodes, node_id)
         return released
 
@@ -321,7 +358,7 @@ class ScheduleStore:
         """The recorded static names, and the meta and score of each key given."""
         reply = self._run("read_statics", [self.keys.schedule, self.keys.statics],
                           [json.dumps(list(keys), ensure_ascii=False)])
-        names, stored = json.loads(reply)
+        names, stored = json.loads(reply.payload[0])
         pairs = [(meta, None if score is None else float(score)) for meta, score in stored or ()]
         return set(names or ()), pairs
 
@@ -334,8 +371,7 @@ class ScheduleStore:
         gone = json.dumps([list(pair) for pair in removed], ensure_ascii=False)
         lock_key, token, _ = self._lease_args(lease)
         keys = [self.keys.schedule, lock_key, self.keys.statics]
-        if self._run("sync_statics", keys, [token, entries, gone]) == "lost":
-            raise LockLost(None)
+        self._run("sync_statics", keys, [token, entries, gone]).fenced()
 
     # -- single entries (the Python API and the CLI) -------------------------------------
 
@@ -523,7 +559,8 @@ class ScheduleStore:
                       parked_sample, pending, nodes):
             if isinstance(reply, Exception):
                 raise reply
-        reasons = list(zip(parked_sample[0::2], parked_sample[1::2], strict=True))
+        sampled = script_reply("parked_sample", parked_sample).payload
+        reasons = list(zip(sampled[0::2], sampled[1::2], strict=True))
         return {"holder": holder, "ttl": ttl, "total": total, "overdue": overdue,
                 "oldest": oldest, "following": following, "parked": parked, "waiting": waiting,
                 "reasons": [(key, reason or None) for key, reason in reasons],
@@ -560,7 +597,8 @@ class ScheduleStore:
         """The members of ``index`` from rank ``start`` to ``stop`` whose entry name
         contains ``text`` (ASCII case-insensitive), with their ranks: matched inside
         Redis (view_match.lua), so only the matches cross the wire."""
-        flat = self._run("view_match", [index], [start, stop, text.lower(), self.keys.prefix])
+        flat = self._run("view_match", [index],
+                         [start, stop, text.lower(), self.keys.prefix]).payload
         return [(int(rank), member) for rank, member in zip(flat[0::2], flat[1::2],
                                                               strict=True)]
 
@@ -605,7 +643,7 @@ class ScheduleStore:
         self.retry.call(lambda: self.client.delete(scratch))
         start = 0
         while rows := json.loads(self._run("view_metas", [self.keys.schedule],
-                                           [start, start + chunk - 1])):
+                                           [start, start + chunk - 1]).payload[0]):
             self._add(scratch, {key: score_of(key, meta or None) for key, meta in rows})
             start += chunk
         target = self.keys.view_by_last_run
@@ -632,7 +670,7 @@ class ScheduleStore:
         offset, total = 0, 0
         while True:
             offset, found = self._run("count_quarantined", [self.keys.schedule],
-                                      [offset, window])
+                                      [offset, window]).payload
             total += int(found)
             if not offset:
                 return total

@@ -9,7 +9,7 @@
 -- ARGV[2] - held slots dropped past their misfire grace, one JSON array of
 --           [entry key, how many, last skipped (ISO 8601 UTC)]; optional
 --
--- returns the number of slots forgotten
+-- returns {'ok', the number of slots forgotten}
 local ids = cjson.decode(ARGV[1])
 local forgotten = 0
 local released = {}
@@ -94,4 +94,4 @@ for _, miss in ipairs(cjson.decode(ARGV[2] or '[]')) do
     redis.call('HSET', key, 'misfires', encoded)
   end
 end
-return forgotten
+return {'ok', forgotten}

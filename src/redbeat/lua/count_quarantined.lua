@@ -4,7 +4,8 @@
 -- KEYS[1] - schedule sorted set (parked members have score -1)
 -- ARGV[1] - offset into the parked members to start at
 -- ARGV[2] - how many parked members to look at
--- returns {offset to continue at (0 once the end was reached), quarantined in the window}
+-- returns {'ok', offset to continue at (0 once the end was reached), quarantined in the
+-- window}
 local count = tonumber(ARGV[2])
 local members = redis.call('ZRANGEBYSCORE', KEYS[1], -1, -1, 'LIMIT', ARGV[1], count)
 local quarantined = 0
@@ -15,6 +16,6 @@ for _, key in ipairs(members) do
   end
 end
 if #members < count then
-  return {0, quarantined}
+  return {'ok', 0, quarantined}
 end
-return {tonumber(ARGV[1]) + count, quarantined}
+return {'ok', tonumber(ARGV[1]) + count, quarantined}

@@ -3,8 +3,10 @@
 -- KEYS[1] - lock key
 -- ARGV[1] - lock token of this node
 -- ARGV[2] - lock timeout, milliseconds
--- returns 1 if the lock was extended, otherwise 0
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- returns {'ok'} when the lock was extended, {'lost', holder|false} otherwise
+local holder = redis.call('GET', KEYS[1])
+if holder ~= ARGV[1] then
+  return {'lost', holder}
 end
-return 0
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {'ok'}

@@ -13,9 +13,9 @@
 -- record would recreate its hash). 'meta' is left alone: it keeps 2.4.2's two keys.
 -- Only the commands an ACL user of docs/deployments.md has.
 --
--- returns 1 when recorded, 0 when the entry is gone
+-- returns {'ok'} when recorded, {'gone'} when the entry is gone
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  return 0
+  return {'gone'}
 end
 local record = cjson.decode(ARGV[1])
 local keep = tonumber(ARGV[3])
@@ -45,4 +45,4 @@ for _, key in ipairs(oldest) do
     redis.call('ZREM', KEYS[2], key)
   end
 end
-return 1
+return {'ok'}

@@ -9,13 +9,13 @@
 -- ARGV[3] - sha1 of the definition text
 -- ARGV[4] - the definition text
 --
--- returns 1 when the slot is now held, 0 when that task id was already pending (left
--- as it was: it is the same slot)
+-- returns {'ok'} when the slot is now held, {'pending'} when that task id was already
+-- pending (left as it was: it is the same slot)
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
-  return 0
+  return {'pending'}
 end
 redis.call('HSETNX', KEYS[2], ARGV[3], ARGV[4])
 -- HGET and HSET, not HINCRBY: the commands an ACL user of docs/deployments.md has
 local held = tonumber(redis.call('HGET', KEYS[2], ARGV[3] .. ':refs')) or 0
 redis.call('HSET', KEYS[2], ARGV[3] .. ':refs', held + 1)
-return 1
+return {'ok'}

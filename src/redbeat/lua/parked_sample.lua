@@ -4,10 +4,10 @@
 --
 -- KEYS[1] - schedule sorted set (parked members have score -1)
 -- ARGV[1] - how many parked members to sample
--- returns a flat list: member, its quarantine field (false: none, or a key this user
--- may not read, such as a member outside an ACL user's prefix), ...
+-- returns {'ok', member, its quarantine field (false: none, or a key this user may not
+-- read, such as a member outside an ACL user's prefix), ...}
 local members = redis.call('ZRANGEBYSCORE', KEYS[1], -1, -1, 'LIMIT', 0, tonumber(ARGV[1]))
-local sample = {}
+local sample = {'ok'}
 for _, key in ipairs(members) do
   local reason = redis.pcall('HGET', key, 'quarantine')
   if type(reason) == 'table' then

@@ -1,6 +1,11 @@
 -- Shared by every script: store.load_script puts this text in front of each (EVAL
 -- scripts cannot import one another).
 --
+-- Every script replies in one shape, {status, payload...}, which store.script_reply
+-- decodes in one place: status is 'ok', or what the script's header names instead
+-- ('lost' when the lease is another node's, with that holder or false; tick.lua's
+-- 'leader', 'acquired' and 'standby'), and the payload follows as the header says.
+--
 -- CHUNK - arguments per variadic call (ZADD, HSET, HMGET, ...), below Lua's unpack limit
 local CHUNK = 2000
 

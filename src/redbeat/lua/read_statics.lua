@@ -4,7 +4,7 @@
 -- KEYS[2] - statics set (entry names)
 -- ARGV[1] - the entry keys of the configured statics, one JSON array
 --
--- returns one JSON text: [[recorded static name, ...], [[meta|null, score|null], ...]]
+-- returns {'ok', JSON text}: [[recorded static name, ...], [[meta|null, score|null], ...]]
 -- with the pairs in the order of the keys given, the score a decimal string (cjson
 -- would round a number); one argument and one text in place of thousands of each,
 -- which cost the client far more than Redis
@@ -17,4 +17,4 @@ for i, key in ipairs(cjson.decode(ARGV[1])) do
   stored[i] = {meta, redis.call('ZSCORE', KEYS[1], key) or cjson.null}
 end
 -- cjson writes an empty table as {}: the client reads that as an empty list
-return cjson.encode({redis.call('SMEMBERS', KEYS[2]), stored})
+return {'ok', cjson.encode({redis.call('SMEMBERS', KEYS[2]), stored})}

@@ -7,7 +7,7 @@
 -- KEYS[1] - schedule sorted set (parked members have score -1)
 -- ARGV[1] - offset into the parked members to start at
 -- ARGV[2] - how many parked members to look at
--- returns {offset to continue at (0 once the end was reached), members dropped}
+-- returns {'ok', offset to continue at (0 once the end was reached), members dropped}
 local count = tonumber(ARGV[2])
 local members = redis.call('ZRANGEBYSCORE', KEYS[1], -1, -1, 'LIMIT', ARGV[1], count)
 local dropped, removed = 0, 0
@@ -26,6 +26,6 @@ for _, key in ipairs(members) do
   end
 end
 if #members < count then
-  return {0, dropped}
+  return {'ok', 0, dropped}
 end
-return {tonumber(ARGV[1]) + #members - removed, dropped}
+return {'ok', tonumber(ARGV[1]) + #members - removed, dropped}

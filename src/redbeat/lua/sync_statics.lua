@@ -12,9 +12,9 @@
 --           removes the field (the static no longer sets one)
 -- ARGV[3] - the statics to remove, one JSON array of [key, name]
 --
--- returns 'ok' or 'lost'
+-- returns {'ok'}, or {'lost', holder|false} when another node holds the lock
 if not holds_lease(KEYS[2], ARGV[1]) then
-  return 'lost'
+  return {'lost', redis.call('GET', KEYS[2])}
 end
 -- Scores and names are collected and added with one ZADD and one SADD per chunk (below
 -- Lua's unpack limit).
@@ -44,4 +44,4 @@ for _, removed in ipairs(cjson.decode(ARGV[3])) do
   redis.call('ZREM', KEYS[1], removed[1])
   redis.call('SREM', KEYS[3], removed[2])
 end
-return 'ok'
+return {'ok'}

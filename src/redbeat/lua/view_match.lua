@@ -9,11 +9,11 @@
 -- ARGV[2] - last rank of the window (inclusive)
 -- ARGV[3] - the text to find, lower case
 -- ARGV[4] - the key prefix (names are keys without it; other members never match)
--- returns a flat list: rank, member, ... of the matches, in rank order
+-- returns {'ok', rank, member, ...}: the matches, in rank order
 local first = tonumber(ARGV[1])
 local prefix = ARGV[4]
 local members = redis.call('ZRANGE', KEYS[1], ARGV[1], ARGV[2])
-local found = {}
+local found = {'ok'}
 for index, key in ipairs(members) do
   if string.sub(key, 1, #prefix) == prefix and
       string.find(string.lower(string.sub(key, #prefix + 1)), ARGV[3], 1, true) then

@@ -7,7 +7,7 @@
 -- KEYS[1] - schedule sorted set
 -- ARGV[1] - first rank of the window
 -- ARGV[2] - last rank of the window (inclusive)
--- returns JSON [[member, meta or ""], ...] (an empty array past the end)
+-- returns {'ok', JSON [[member, meta or ""], ...]} (an empty array past the end)
 local members = redis.call('ZRANGE', KEYS[1], ARGV[1], ARGV[2])
 local rows = {}
 for index, key in ipairs(members) do
@@ -18,6 +18,6 @@ for index, key in ipairs(members) do
   rows[index] = {key, meta}
 end
 if #rows == 0 then
-  return '[]'
+  return {'ok', '[]'}
 end
-return cjson.encode(rows)
+return {'ok', cjson.encode(rows)}
