@@ -6,7 +6,8 @@
     python benchmarks/memory.py --compare /opt/ref/bin/python --n 100000
     python benchmarks/memory.py --quick                                  # N = 10,000
 
-Each measurement gets its own private redis-server (bench.Server). The schedule is
+Each measurement gets its own private redis-server (bench.RedisServer, the tests'
+launcher). The schedule is
 written raw in the format both packages read (dataset.py), then the package's real
 scheduler runs it (worker.py's counting stand-in in place of the broker) until every
 entry has been sent once. Results go to the end of benchmarks/RESULTS.md, below
@@ -27,7 +28,7 @@ from typing import Any
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench  # noqa: E402  (benchmarks/bench.py: the server, the worker runner)
+import bench  # noqa: E402  (benchmarks/bench.py: the server launcher, the worker runner)
 import dataset  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -120,21 +121,17 @@ def used_memory(client: redis.Redis) -> int:
 
 
 def measure_entry(impl: str, python: str, args: argparse.Namespace) -> dict[str, Any]:
-    server = bench.Server(args.redis_server)
-    try:
+    with bench.RedisServer(binary=args.redis_server) as server:
         return bench.run_worker(python, "entry", server.url, args.runs, script=SCRIPT,
                                 env=environment(impl))
-    finally:
-        server.stop()
 
 
 def measure_schedule(impl: str, python: str, size: int,
                      args: argparse.Namespace) -> dict[str, Any]:
     """``size`` entries due now (hourly) written raw, then run once each by the package's
     scheduler: ``used_memory`` per entry before and after, and what it is made of."""
-    server = bench.Server(args.redis_server)
-    client = server.client
-    try:
+    with bench.RedisServer(binary=args.redis_server) as server:
+        client = server.client(decode_responses=False, socket_timeout=120)
         empty = used_memory(client)
         due = time.time() - 1
         dataset.write_entries(client, ((f"e{i}", due) for i in range(size)), 3600.0,
@@ -162,8 +159,6 @@ def measure_schedule(impl: str, python: str, size: int,
                                  if not key.startswith(b"redbeat:e")),
             **drained,
         }
-    finally:
-        server.stop()
 
 
 def log(text: str) -> None:
