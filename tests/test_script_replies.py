@@ -41,4 +41,5 @@ def test_lua_extend_to_script_replies_1_or_0_as_in_2_4_2(redis_server):
     assert extend(keys=["redbeat::lock"], args=["mine", 60000]) == 1
     assert client.pttl("redbeat::lock") > 50000
     assert extend(keys=["redbeat::lock"], args=["theirs", 1]) == 0
+    assert extend(keys=["redbeat::lock"], args=["", 1]) == 0  # an empty token holds nothing
     assert client.pttl("redbeat::lock") > 50000

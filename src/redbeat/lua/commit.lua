@@ -46,10 +46,11 @@
 -- of the 'update' operations not applied (their entry changed since the read): their
 -- claims must not be published
 local token = ARGV[1]
-if not holds_lease(KEYS[2], token) then
-  return {'lost', redis.call('GET', KEYS[2])}
-end
 if token ~= '' then
+  local lost = lease_lost(KEYS[2], token)
+  if lost then
+    return lost
+  end
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
 local message_tail = ', "claimed_at": ' .. ARGV[3] .. ', "node": ' .. cjson.encode(ARGV[4]) ..

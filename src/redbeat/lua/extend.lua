@@ -4,9 +4,9 @@
 -- ARGV[1] - lock token of this node
 -- ARGV[2] - lock timeout, milliseconds
 -- returns {'ok'} when the lock was extended, {'lost', holder|false} otherwise
-local holder = redis.call('GET', KEYS[1])
-if holder ~= ARGV[1] then
-  return {'lost', holder}
+local lost = lease_lost(KEYS[1], ARGV[1])
+if lost then
+  return lost
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {'ok'}

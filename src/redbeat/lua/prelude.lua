@@ -9,9 +9,16 @@
 -- CHUNK - arguments per variadic call (ZADD, HSET, HMGET, ...), below Lua's unpack limit
 local CHUNK = 2000
 
--- Whether this node holds the lease (an empty token: locking is disabled).
-local function holds_lease(lock_key, token)
-  return token == '' or redis.call('GET', lock_key) == token
+-- The lease check of every script that writes under the lease: nil when this node
+-- holds it, otherwise the reply {'lost', holder|false} to return as is. (With locking
+-- disabled the client sends an empty token, and tick, commit and sync_statics skip the
+-- check; an empty token holds no lock here.)
+local function lease_lost(lock_key, token)
+  local holder = redis.call('GET', lock_key)
+  if holder == token then
+    return nil
+  end
+  return {'lost', holder}
 end
 
 -- One call of `command key ...args` per CHUNK arguments.

@@ -13,8 +13,9 @@
 -- ARGV[3] - the statics to remove, one JSON array of [key, name]
 --
 -- returns {'ok'}, or {'lost', holder|false} when another node holds the lock
-if not holds_lease(KEYS[2], ARGV[1]) then
-  return {'lost', redis.call('GET', KEYS[2])}
+local lost = ARGV[1] ~= '' and lease_lost(KEYS[2], ARGV[1])
+if lost then
+  return lost
 end
 -- Scores and names are collected and added with one ZADD and one SADD per chunk (below
 -- Lua's unpack limit).
