@@ -211,3 +211,28 @@ def test_a_policy_in_an_unknown_zone_is_listed_shown_and_quarantined(app):
     reason = json.loads(client.hget("redbeat:zoned", "quarantine"))["reason"]
     assert reason.startswith("policy: ZoneInfoNotFoundError") and "Mars/Olympus" in reason
     assert [name for name, _ in scheduler.sent] == ["good"]
+
+
+@pytest.mark.parametrize("score", ["inf", "1e300"])
+def test_a_score_no_date_can_hold_is_shown_as_no_next_run(app, score):
+    """Another client's ZADD of inf or 1e300: list, status and the web's table and nodes
+    page failed (OverflowError) for the whole schedule; now that entry shows no next run
+    and beat sends the others."""
+    from click.testing import CliRunner
+
+    from redbeat.cli import main
+    from redbeat.web import create_app
+
+    save(app, "good")
+    save(app, "far")
+    get_redis(app).zadd("redbeat::schedule", {"redbeat:far": score})
+    url = app.conf.redbeat_redis_url
+    for args in (["list"], ["list", "--sort", "name"], ["status"], ["show", "far"]):
+        result = CliRunner().invoke(main, ["--url", url, *args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+    web = create_app(app).test_client()
+    for page in ("/entries", "/entries?order=name", "/nodes", "/entry?name=far"):
+        assert web.get(page, headers={"Host": "127.0.0.1"}).status_code == 200, page
+    scheduler = leading(app, [T0])
+    scheduler.tick()
+    assert [name for name, _ in scheduler.sent] == ["good"]

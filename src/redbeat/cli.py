@@ -42,7 +42,7 @@ from .entry import (
 from .failures import failing_summary, read_failures
 from .keys import CHANGED, MISFIRES, KeyLayout
 from .lock import Holder
-from .nextrun import follows_app_zone
+from .nextrun import follows_app_zone, score_time
 from .policy import EntryPolicy
 from .retry import AUTH_ERRORS
 from .schedule_text import (
@@ -857,8 +857,8 @@ def status_command(ctx: click.Context) -> None:
         click.echo(f"waiting:     {state.waiting} (written with score 0, not yet scheduled)")
     click.echo(f"pending:     {state.pending} slot(s) claimed, publish not yet confirmed")
     for name, score in state.next_due:
-        moment = datetime.fromtimestamp(score, tz=timezone.utc)
-        click.echo(f"next:        {_when(moment, _session(ctx).shown_zone)}  {_shown(name)}")
+        click.echo(f"next:        {_when(score_time(score), _session(ctx).shown_zone)}  "
+                   f"{_shown(name)}")
     for name, reason in state.quarantined:
         click.echo(f"quarantined: {_shown(name)}: {_shown(reason)}")
     store = store_for(app)

@@ -38,6 +38,7 @@ from .keys import (
     QUARANTINE,
     KeyLayout,
 )
+from .nextrun import score_time
 from .planning import Claim, pending_message
 from .settings import ensure_conf
 from .store import HistoryUnreadable, Row, ScheduleStore
@@ -86,9 +87,7 @@ class EntryInfo:
 
     @property
     def next_run(self) -> datetime | None:
-        if self.score is None or self.score <= 0:
-            return None  # parked (-1) or hand-written "due now" (0)
-        return datetime.fromtimestamp(self.score, tz=timezone.utc)
+        return score_time(self.score)  # None: parked (-1) or hand-written "due now" (0)
 
     @property
     def state(self) -> EntryState:

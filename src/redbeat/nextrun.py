@@ -57,6 +57,19 @@ def from_score(score: float) -> datetime:
     return datetime.fromtimestamp(score, tz=timezone.utc)
 
 
+#: The last score a date can hold: 9999-12-31 23:59:59 UTC.
+LATEST_SCORE = 253402300799.0
+
+
+def score_time(score: float | None) -> datetime | None:
+    """A stored score as the time it names, for showing; None for a parked (-1) or
+    due-now (0) entry, and for a score no date can hold (another client's ``ZADD`` of
+    inf or 1e300, which failed list, status and the web's pages)."""
+    if score is None or not 0 < score <= LATEST_SCORE:
+        return None
+    return from_score(score)
+
+
 def score_of(run: NextRun | None) -> float:
     return PARKED_SCORE if run is None else run.score
 

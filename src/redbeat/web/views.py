@@ -24,6 +24,7 @@ from ..entry import InvalidEntry
 from ..failures import read_failures
 from ..keys import MISFIRES
 from ..lock import Holder
+from ..nextrun import score_time
 from ..schedule_text import (
     as_options,
     describe,
@@ -389,6 +390,6 @@ def nodes_page() -> str:
         held=[{"task_id": slot.task_id, "name": slot.name or "?", "due": when(slot.due),
                "reason": slot.reason} for slot in held],
         redis_url=redact(config.redis_url), prefix=config.key_prefix,
-        next_due=[(name, when(datetime.fromtimestamp(score, tz=timezone.utc)))
+        next_due=[(name, when(score_time(score)))
                   for name, score in state.next_due],
     )
