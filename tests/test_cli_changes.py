@@ -375,3 +375,16 @@ def test_an_import_with_a_record_it_cannot_write_writes_nothing(redis_server, tm
     result = redbeat(redis_server.url, "import", str(source))
     assert result.returncode == 5 and message in result.stderr, result.stderr
     assert redis_server.client().keys("redbeat:*") == []
+
+
+@pytest.mark.parametrize("args", [["list", "--offset", str(2**64)], ["list", "--limit", str(2**64)],
+                                  ["show", "x", "--runs", "100000000"]])
+def test_paging_and_run_counts_beyond_any_schedule_are_usage_errors(redis_server, args):
+    """An offset past 2**63 failed as a Redis error (exit 1); --runs 100000000 computed
+    runs for hours."""
+    from click.testing import CliRunner
+
+    from redbeat.cli import main
+
+    result = CliRunner().invoke(main, ["--url", redis_server.url, *args])
+    assert result.exit_code == 2 and "is not in the range" in result.output, result.output

@@ -207,6 +207,13 @@ def fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+#: The most entries `list` pages by and skips (Redis refuses an offset past 2**63: it
+#: failed as a Redis error), and the most upcoming runs `show` lists (each is computed:
+#: 100,000,000 ran for hours).
+MAX_PAGE = 10**12
+MAX_RUNS = 1000
+
+
 # -- formatting ------------------------------------------------------------------------
 
 
@@ -329,9 +336,9 @@ def main(ctx: click.Context, url: str | None, prefix: str | None, zone: str | No
               help="Only entries in this state.")
 @click.option("--sort", type=click.Choice(manage.SORTS), default="next", show_default=True,
               help="By next run (parked entries last), name, or last run (newest first).")
-@click.option("--limit", type=click.IntRange(min=1), default=None,
+@click.option("--limit", type=click.IntRange(min=1, max=MAX_PAGE), default=None,
               help="At most this many entries (default: all).")
-@click.option("--offset", type=click.IntRange(min=0), default=0,
+@click.option("--offset", type=click.IntRange(min=0, max=MAX_PAGE), default=0,
               help="Skip this many matching entries first (the next page: --offset + --limit).")
 @click.pass_context
 @command
@@ -380,7 +387,8 @@ def _row(info: manage.EntryInfo, zone: tzinfo) -> list[str]:
 
 @main.command()
 @click.argument("name")
-@click.option("--runs", default=5, show_default=True, help="Upcoming run times to show.")
+@click.option("--runs", type=click.IntRange(min=0, max=MAX_RUNS), default=5,
+              show_default=True, help="Upcoming run times to show.")
 @click.option("--raw", is_flag=True, help="Also the stored fields, as JSON.")
 @click.pass_context
 @command
