@@ -6,6 +6,7 @@ still shown, and deleted when the entry is next written. Real redis-server."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from datetime import datetime
 
@@ -161,7 +162,8 @@ def test_a_partial_ring_without_its_first_field_still_shows(redis_server):
     assert tasks == [f"partial:{round(T0 * 1000)}", f"partial:{round((T0 - 10) * 1000)}"]
 
 
-def test_another_type_at_the_stream_key_stops_neither_beat_nor_show_nor_the_web(redis_server):
+def test_another_type_at_the_stream_key_stops_neither_beat_nor_show_nor_the_web(redis_server,
+                                                                               caplog):
     """Another client's string at ``<prefix>:history``: beat keeps sending (the record is
     advisory), and ``show`` and the entry page show the entry and say why its history is
     missing (``show`` failed with the Redis error, exit 1)."""
@@ -172,14 +174,26 @@ def test_another_type_at_the_stream_key_stops_neither_beat_nor_show_nor_the_web(
     RedBeatSchedulerEntry("steady", "tasks.x", 10.0, app=app, last_run_at=at(-10)).save()
     clock = Clock()
     scheduler = leader(app, clock)
-    run(scheduler, clock, 2)
-    assert [name for name, _ in scheduler.sent] == ["steady", "steady"]
+    with caplog.at_level(logging.INFO, logger="celery.beat"):
+        run(scheduler, clock, 3)
+        # one line for the whole outage (there was none at all), one when it is over
+        assert [record.getMessage() for record in caplog.records
+                if "Dispatch history" in record.getMessage()] == [
+            "Dispatch history not written to redbeat::history: WRONGTYPE Operation "
+            "against a key holding the wrong kind of value (entries still run; fix or "
+            "delete that key)"]
+    assert [name for name, _ in scheduler.sent] == ["steady"] * 3
     assert "recent dispatches: (history stream unreadable: redbeat::history: WRONGTYPE" \
         in show(redis_server.url, "steady")
     page = create_app(app).test_client().get("/entry?name=steady",
                                               headers={"Host": "127.0.0.1"})
     assert page.status_code == 200
     assert "history stream unreadable" in page.get_data(as_text=True)
+    get_redis(app).delete(HISTORY)
+    with caplog.at_level(logging.INFO, logger="celery.beat"):
+        clock.now += 10
+        scheduler.tick()
+    assert "Dispatch history written again to redbeat::history" in caplog.text
 
 
 def test_a_user_without_stream_commands_runs_and_shows_without_history():

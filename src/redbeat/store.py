@@ -150,6 +150,8 @@ class ScheduleStore:
         self.retry = retry or RetryPolicy()
         #: records the history stream keeps (commit.lua trims it to about this many)
         self.history_length = history_length
+        #: why the last dispatch records could not be written (logged once), or None
+        self.history_problem: str | None = None
         self._scripts = {
             name: client.register_script(load_script(name))
             for name in ("tick", "commit", "confirm", "hold", "read_statics", "sync_statics",
@@ -254,8 +256,21 @@ class ScheduleStore:
                                      self.keys.held_definitions, self.keys.history],
                           [token, timeout_ms, repr(claimed_at), node, operations,
                            self.history_length, Holder.parse(node).process])
-        _applied, skipped = reply.fenced()
+        _applied, skipped, history = reply.fenced()
+        self._note_history(history)
         return set(skipped)
+
+    def _note_history(self, outcome: str) -> None:
+        """Log once when dispatch records stop being written (another type at the
+        stream's key, an ACL user without XADD), and once when they are written again:
+        the runs go on either way, the history is advisory."""
+        if outcome == "ok" and self.history_problem:
+            logger.info("Dispatch history written again to %s", self.keys.history)
+            self.history_problem = None
+        elif outcome not in ("", "ok") and outcome != self.history_problem:
+            logger.warning("Dispatch history not written to %s: %s (entries still run; "
+                           "fix or delete that key)", self.keys.history, outcome)
+            self.history_problem = outcome
 
     def confirm(self, task_ids: Iterable[str],
                 misfires: Sequence[tuple[str, int, str]] = ()) -> None:

@@ -42,9 +42,10 @@
 --   'forget'     the member is not a key of this schedule's entries (outside the prefix,
 --                or an internal key): remove the member without touching the key
 --
--- returns {'ok', applied, skipped} or {'lost', holder|false}, where skipped lists the keys
--- of the 'update' operations not applied (their entry changed since the read): their
--- claims must not be published
+-- returns {'ok', applied, skipped, history} or {'lost', holder|false}, where skipped lists
+-- the keys of the 'update' operations not applied (their entry changed since the read):
+-- their claims must not be published; history is '' when no record was due, 'ok' when
+-- they were written, else the error Redis gave for the first one (nothing more tried)
 local token = ARGV[1]
 if token ~= '' then
   local lost = lease_lost(KEYS[2], token)
@@ -72,7 +73,7 @@ end
 -- History is advisory: a record that cannot be written (the key holds another type, an
 -- ACL user without XADD) stops the recording for this commit, never the commit itself.
 local history_length = tonumber(ARGV[6])
-local recording, recorded = history_length > 0, false
+local recording, recorded, history_error = history_length > 0, false, nil
 local function record_dispatches(key, records)
   for r = 1, #records, 2 do
     if not recording then
@@ -81,7 +82,7 @@ local function record_dispatches(key, records)
     local reply = redis.pcall('XADD', KEYS[5], '*', 'key', key, 'task_id', records[r],
                               'due_ms', records[r + 1], 'node', ARGV[7])
     if type(reply) == 'table' and reply.err then
-      recording = false
+      recording, history_error = false, reply.err
     else
       recorded = true
     end
@@ -177,4 +178,4 @@ for sha, count in pairs(refs) do
   redis.call('HSET', KEYS[4], sha .. ':refs', held + count)
 end
 flush('HSET', KEYS[3], pending)
-return {'ok', applied, skipped}
+return {'ok', applied, skipped, history_error or (recorded and 'ok' or '')}
