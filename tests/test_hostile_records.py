@@ -236,3 +236,30 @@ def test_a_score_no_date_can_hold_is_shown_as_no_next_run(app, score):
     scheduler = leading(app, [T0])
     scheduler.tick()
     assert [name for name, _ in scheduler.sent] == ["good"]
+
+
+def test_a_lock_without_expiry_is_named_as_the_reason_no_beat_leads(app, caplog):
+    """Another client's SET of the lock without PX is never released: every beat stands
+    by for good. status said 'lock expires in -0.0s', beat 'expires in now', check 'nobody
+    holds the lock'; each now says that the lock never expires and must be deleted."""
+    import logging
+
+    from click.testing import CliRunner
+
+    from redbeat.cli import main
+    from redbeat.health import check
+
+    save(app, "waiting")
+    get_redis(app).set("redbeat::lock", "elsewhere:1:0123456789abcdef")
+    scheduler = Recording(app, clock=lambda: T0)
+    with caplog.at_level(logging.INFO, logger="celery.beat"):
+        scheduler.tick()
+        scheduler.tick()
+    stuck = "no beat can take the lead until the key is deleted"
+    assert [record.levelname for record in caplog.records if stuck in record.getMessage()] \
+        == ["ERROR"]
+    assert scheduler.sent == [] and not scheduler.leading
+    result = CliRunner().invoke(main, ["--url", app.conf.redbeat_redis_url, "status"])
+    assert f"elsewhere pid 1 (lock never expires: {stuck})" in result.output
+    health = check(app, pid=None, now=T0 + 1)
+    assert not health.healthy and stuck in health.reason

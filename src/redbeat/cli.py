@@ -41,7 +41,7 @@ from .entry import (
 )
 from .failures import failing_summary, read_failures
 from .keys import CHANGED, MISFIRES, KeyLayout
-from .lock import Holder
+from .lock import Holder, expiry_words
 from .nextrun import follows_app_zone, score_time
 from .policy import EntryPolicy
 from .retry import AUTH_ERRORS
@@ -851,7 +851,7 @@ def status_command(ctx: click.Context) -> None:
     now = datetime.now(timezone.utc).timestamp()
     if state.lock_holder:
         click.echo(f"leader:      {_shown(Holder.parse(state.lock_holder))} "
-                   f"(lock expires in {state.lock_ttl_ms / 1000:.1f}s)")
+                   f"({expiry_words(state.lock_ttl_ms)})")
     else:
         click.echo("leader:      none (no node holds the lock)")
     for node, (role, at) in sorted(state.nodes.items()):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from celery import Celery
 
-from .lock import Holder
+from .lock import NO_EXPIRY, Holder, expiry_words
 from .manage import status
 
 
@@ -49,8 +49,10 @@ def check(app: Celery, host: str | None = None, pid: int | None = None,
     if not config.lock_key:
         return Health(True, f"{Holder.parse(node)} ticking (locking disabled)")
     if state.lock_holder == node:
-        return Health(True, f"{Holder.parse(node)} leads; lock expires in "
-                            f"{state.lock_ttl_ms / 1000:.1f}s")
+        return Health(True, f"{Holder.parse(node)} leads; {expiry_words(state.lock_ttl_ms)}")
+    if state.lock_holder and state.lock_ttl_ms == NO_EXPIRY:
+        return Health(False, f"{Holder.parse(node)} stands by: {Holder.parse(state.lock_holder)}"
+                             f" holds the lock and its {expiry_words(NO_EXPIRY)}")
     if not state.lock_holder or state.lock_ttl_ms <= 0:
         return Health(False, f"{Holder.parse(node)} stands by but nobody holds the lock")
     leader_beat = state.nodes.get(state.lock_holder)

@@ -24,6 +24,19 @@ if TYPE_CHECKING:
     from .store import ScheduleStore
 
 
+#: PTTL of a key that has no time to live.
+NO_EXPIRY = -1
+
+
+def expiry_words(ttl_ms: int) -> str:
+    """How the lock's PTTL reads to an operator. A lock without one (another client's
+    SET without PX) is never released: no beat can lead until someone deletes it, which
+    read as "expires in -0.0s"."""
+    if ttl_ms == NO_EXPIRY:
+        return "lock never expires: no beat can take the lead until the key is deleted"
+    return f"lock expires in {max(ttl_ms, 0) / 1000:.1f}s"
+
+
 def new_token() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:16]}"
 

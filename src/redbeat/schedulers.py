@@ -46,7 +46,7 @@ from .entry import (
     store_for,
 )
 from .keys import PARKED_SCORE, QUARANTINE
-from .lock import Holder, Lease
+from .lock import NO_EXPIRY, Holder, Lease, expiry_words
 from .nextrun import next_run, score_of
 from .planning import (
     Claim,
@@ -549,6 +549,10 @@ class RedBeatScheduler(Scheduler):
         holder = fetch.holder or ""
         if self.leading:
             self._lost_lock(holder)
+        elif holder != self._standby_holder and fetch.holder_ttl_ms == NO_EXPIRY:
+            logger.error("beat: Standing by; %s holds the %s %s", Holder.parse(holder),
+                         self.lock_key,
+                         expiry_words(NO_EXPIRY))
         elif holder != self._standby_holder:
             logger.info("beat: Standing by; %s leads (lock expires in %s)",
                         Holder.parse(holder), humanize_seconds((fetch.holder_ttl_ms or 0) / 1000))

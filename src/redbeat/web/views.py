@@ -23,7 +23,7 @@ from ..connection import redact
 from ..entry import InvalidEntry
 from ..failures import read_failures
 from ..keys import MISFIRES
-from ..lock import Holder
+from ..lock import Holder, expiry_words
 from ..nextrun import score_time
 from ..schedule_text import (
     as_options,
@@ -386,7 +386,7 @@ def nodes_page() -> str:
     return render_template(
         "nodes.html", state=state, nodes=nodes,
         leader=str(Holder.parse(state.lock_holder)) if state.lock_holder else None,
-        lock_ttl=f"{state.lock_ttl_ms / 1000:.1f}", held_count=held_count,
+        lock_expiry=expiry_words(state.lock_ttl_ms), held_count=held_count,
         held=[{"task_id": slot.task_id, "name": slot.name or "?", "due": when(slot.due),
                "reason": slot.reason} for slot in held],
         redis_url=redact(config.redis_url), prefix=config.key_prefix,
