@@ -217,3 +217,22 @@ def test_a_user_without_stream_commands_runs_and_shows_without_history():
         assert not server.client().exists(HISTORY)
         info = get_entry(app, "e")
         assert info.history == [] and "no permissions" in (info.history_error or "")
+
+
+def test_hostile_dispatch_records_are_shown_as_text_on_one_line(redis_server):
+    """Records another client wrote (a legacy ring field, a stream record): an ANSI
+    sequence in the node reached the terminal, and a due time the shown zone cannot hold
+    (year 1 at +14:00) failed `show` with an OverflowError."""
+    app = make_app(redis_server.url)
+    client = get_redis(app)
+    entry = RedBeatSchedulerEntry("odd", "tasks.x", 10.0, app=app, last_run_at=at(-10))
+    entry.save()
+    client.hset(entry.key, mapping={
+        "history:0": json.dumps({"task_id": "a\nforged", "due": "0001-01-01T00:00:00+14:00",
+                                 "node": "\x1b[2J"}),
+        "history:1": json.dumps({"task_id": ["x"], "due": {"y": 1}})})
+    client.xadd(HISTORY, {"key": entry.key, "task_id": "s", "due_ms": "z", "node": "\x9b1m"})
+    output = show(redis_server.url, "odd")
+    assert "\x1b" not in output and "\x9b" not in output and "\nforged" not in output
+    assert "  a\\nforged  due 0001-01-01T00:00:00+14:00  by \\x1b[2J" in output
+    assert "  s  due z  by \\x9b1m" in output

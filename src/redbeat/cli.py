@@ -482,7 +482,7 @@ def _moment_text(value: Any, zone: tzinfo) -> str:
     """An ISO time from a record, in the shown zone; anything else as it is."""
     try:
         return _when(datetime.fromisoformat(str(value)), zone)
-    except ValueError:
+    except (ValueError, OverflowError):  # not a time; one the zone cannot hold
         return str(value)
 
 
@@ -498,7 +498,7 @@ def _show_fields(info: manage.EntryInfo) -> None:
             try:
                 click.echo("  " + json.dumps(json.loads(raw), indent=2).replace("\n", "\n  "))
             except (ValueError, RecursionError):
-                click.echo(f"  {raw}")
+                click.echo(f"  {_shown(raw)}")
 
 
 def _show_dispatches(info: manage.EntryInfo, zone: tzinfo) -> None:
@@ -511,15 +511,16 @@ def _show_dispatches(info: manage.EntryInfo, zone: tzinfo) -> None:
         click.echo("recent dispatches:")
         for record in info.history:
             failure = failed.get(str(record.get("task_id")))
-            click.echo(f"  {record.get('task_id')}  due {_moment_text(record.get('due'), zone)}  "
-                       f"by {record.get('node')}"
-                       + (f"  FAILED: {failure.reason}" if failure else ""))
+            click.echo(f"  {_shown(record.get('task_id'))}  due "
+                       f"{_shown(_moment_text(record.get('due'), zone))}  "
+                       f"by {_shown(record.get('node'))}"
+                       + (f"  FAILED: {_shown(failure.reason)}" if failure else ""))
     if failures is not None:
         click.echo(f"failed dispatches: {failures.count} (refused by Celery or the broker; "
                    "not sent)")
         for failure in failures.recent:
-            click.echo(f"  {failure.task_id}  at {_when(failure.at, zone)}  "
-                       f"{failure.reason}")
+            click.echo(f"  {_shown(failure.task_id)}  at {_when(failure.at, zone)}  "
+                       f"{_shown(failure.reason)}")
 
 
 def _show_next_runs(entry: RedBeatSchedulerEntry, zone: tzinfo, runs: int) -> None:
