@@ -14,6 +14,7 @@ a page never reads the whole schedule, however rare its matches.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
@@ -24,6 +25,8 @@ from celery import Celery
 from .entry import InvalidEntry, RedBeatSchedulerEntry, parse_meta, store_for
 from .keys import KeyLayout
 from .manage import EntryInfo, entry_info
+from .nextrun import NextRun, from_score, next_run
+from .run_buckets import SECOND, RunCounter, Tally, runs_between, score_micros
 from .settings import ensure_conf
 from .store import ScheduleStore
 
@@ -51,18 +54,25 @@ class Query:
     #: only entries whose next run is in [due_from, due_to) (a bar of the timeline)
     due_from: float | None = None
     due_to: float | None = None
+    #: with a due band: the entries with any run in it (by the next-send rule), not
+    #: only those next due there; read from the start of the current minute on
+    runs: bool = False
     #: position in the order to read from (what a previous page returned)
     start: int = 0
     size: int = PAGE_SIZE
 
     @property
     def filtered(self) -> bool:
-        return bool(self.state or self.name or self.task)
+        return bool(self.state or self.name or self.task or self.runs_band)
+
+    @property
+    def runs_band(self) -> bool:
+        return self.runs and self.due_from is not None and self.due_to is not None
 
     @property
     def reads_entries(self) -> bool:
         """Whether the filter needs each member's entry (not only its name)."""
-        return bool(self.state or self.task)
+        return bool(self.state or self.task or self.runs_band)
 
     @property
     def chunk_and_budget(self) -> tuple[int, int]:
@@ -173,8 +183,13 @@ def _fresh_view(store: ScheduleStore, order: str) -> float:
     return 0.0
 
 
-def _plan(store: ScheduleStore, query: Query) -> tuple[list[Segment], float | None]:
+def _plan(store: ScheduleStore, query: Query,
+          now: float) -> tuple[list[Segment], float | None]:
     keys = store.keys
+    if query.runs_band and query.due_from is not None and query.due_to is not None:
+        # an entry next due at any time from this minute on may run in the band again
+        low = min(query.due_from, now - now % 60)
+        return segments(query, keys, 0, 0, band=store.band_ranks(low, query.due_to)), None
     if query.due_from is not None or query.due_to is not None:
         low = query.due_from if query.due_from is not None else 0.0
         high = query.due_to if query.due_to is not None else float("inf")
@@ -191,11 +206,12 @@ def _plan(store: ScheduleStore, query: Query) -> tuple[list[Segment], float | No
     return segments(query, keys, total, parked), age
 
 
-def read_page(app: Celery, query: Query) -> Page:
+def read_page(app: Celery, query: Query, now: float | None = None) -> Page:
     """One page of entries for ``query`` (see the module's docstring for the cost)."""
     store = store_for(app)
     keys = ensure_conf(app).keys
-    parts, age = _plan(store, query)
+    now = time.time() if now is None else now
+    parts, age = _plan(store, query, now)
     total = sum(part.size for part in parts)
     page = Page(query, [], total, None, view_age=age)
     position = max(query.start, 0)
@@ -212,7 +228,7 @@ def read_page(app: Celery, query: Query) -> Page:
         low, high = part.ranks(offset, want)
         candidates = _candidates(store, query, part, low, high, position - offset)
         position = _take(app, store, keys, query, page, candidates, position,
-                         high - low + 1)
+                         high - low + 1, now)
     page.next_start = position if position < total else None
     return page
 
@@ -233,7 +249,8 @@ def _candidates(store: ScheduleStore, query: Query, part: Segment, low: int, hig
 
 
 def _take(app: Celery, store: ScheduleStore, keys: KeyLayout, query: Query, page: Page,
-          candidates: list[tuple[int, str]], position: int, window: int) -> int:
+          candidates: list[tuple[int, str]], position: int, window: int,
+          now: float) -> int:
     """Add the candidates that pass the query to the page, up to a full page; returns
     the position after the last member examined (the window's end, unless the page
     filled before it)."""
@@ -244,7 +261,8 @@ def _take(app: Celery, store: ScheduleStore, keys: KeyLayout, query: Query, page
             continue  # deleted since the order was read, or a finished entry that expired
         name = keys.name_of(key)
         info = entry_info(app, key, score, fields, {name} if static else set())
-        if query.passes(info):
+        if query.passes(info) and (not query.runs_band or has_run(
+                info, query.due_from or 0.0, query.due_to or 0.0, now)):
             page.rows.append(info)
             if len(page.rows) == query.size:
                 page.examined += at - position + 1
@@ -283,6 +301,11 @@ def next_runs(entry: RedBeatSchedulerEntry, count: int = 10) -> tuple[list[datet
 
 
 # -- the timeline ----------------------------------------------------------------------
+#: Entries whose runs one computation expands (past it, an entry counts once, at its
+#: next run), members read per round trip, and how long the figures are kept in Redis
+#: and served before they are computed again.
+TIMELINE_BUDGET, TIMELINE_CHUNK = 20_000, 1_000
+TIMELINE_LIFETIME, TIMELINE_REFRESH = 300, 30
 
 
 @dataclass(frozen=True)
@@ -292,16 +315,150 @@ class Bucket:
     count: int
 
 
-def timeline(app: Celery, now: float, minutes: int = 24 * 60,
-             width: float = 60.0) -> list[Bucket]:
-    """How many entries are next due in each ``width``-second bucket from the start of
-    the current minute on; one round trip. An entry counts once, at its next run: the
-    schedule holds each entry's next run only."""
-    first = now - now % width
-    edges = [first + width * step for step in range(minutes + 1)]
-    counts = store_for(app).due_counts(edges)
-    return [Bucket(low, high, count)
-            for low, high, count in zip(edges[:-1], edges[1:], counts, strict=True)]
+@dataclass
+class Timeline:
+    """Runs due per bucket, and how they were counted."""
+
+    buckets: list[Bucket]
+    computed_at: float
+    #: entries whose every run in the window was counted
+    expanded: int = 0
+    #: entries past the budget, counted once, at their next run
+    counted_once: int = 0
+    #: entries that stopped at the per-entry cap of runs (RUN_CAP)
+    capped: int = 0
+    #: entries that could not be decoded, counted once at their score
+    unreadable: int = 0
+    #: seconds the computation took, and seconds since it ran (when read back)
+    seconds: float = 0.0
+    age: float = 0.0
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.counted_once or self.capped)
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "start": self.buckets[0].start if self.buckets else 0.0,
+            "width": self.buckets[0].end - self.buckets[0].start if self.buckets else 60.0,
+            "counts": [bucket.count for bucket in self.buckets],
+            "computed_at": self.computed_at, "expanded": self.expanded,
+            "counted_once": self.counted_once, "capped": self.capped,
+            "unreadable": self.unreadable, "seconds": self.seconds})
+
+    @classmethod
+    def from_json(cls, text: str, age: float) -> Timeline:
+        """Raises ValueError (KeyError, TypeError) for a text this module did not write."""
+        data = json.loads(text)
+        start, width = float(data["start"]), float(data["width"])
+        buckets = [Bucket(start + width * at, start + width * (at + 1), int(count))
+                   for at, count in enumerate(data["counts"])]
+        return cls(buckets, float(data["computed_at"]), int(data["expanded"]),
+                   int(data["counted_once"]), int(data["capped"]), int(data["unreadable"]),
+                   float(data["seconds"]), age)
+
+
+def first_run(entry: RedBeatSchedulerEntry, score: float, now: float) -> NextRun | None:
+    """The slot the stored ``score`` stands for, by the one next-send rule."""
+    return next_run(entry.schedule, entry.policy, entry.name, entry.last_run_at,
+                    from_score(now), score)
+
+
+def compute_timeline(app: Celery, now: float, minutes: int = 24 * 60, width: int = 60,
+                     budget: int | None = None, chunk: int = TIMELINE_CHUNK) -> Timeline:
+    """Every run due in each ``width``-second bucket from the start of the current
+    minute on (redbeat.run_buckets): the entries next due in the window are read in
+    score order, ``chunk`` per round trip, and the first ``budget`` of them expanded;
+    the rest count once, at their next run (one round trip of a ZCOUNT per bucket)."""
+    started = time.perf_counter()
+    budget = TIMELINE_BUDGET if budget is None else budget
+    store = store_for(app)
+    keys = ensure_conf(app).keys
+    first = int(now // width) * width
+    end = first + width * minutes
+    runs = RunCounter(Tally(first * SECOND, width * SECOND, minutes))
+    firsts = Tally(first * SECOND, width * SECOND, minutes)
+    timeline = Timeline([], now)
+    cursor, skip, more = float(first), 0, True
+    while more and timeline.expanded < budget:
+        want = min(chunk, budget - timeline.expanded)
+        rows = store.band_entries(cursor, float(end), skip, want)
+        more = len(rows) == want
+        for key, score, definition, meta, policy in rows:
+            timeline.expanded += 1
+            firsts.add(score_micros(score))
+            if keys.is_entry_key(key):
+                _expand(app, timeline, runs, key, score, (definition, meta, policy), now)
+        if rows:
+            last = rows[-1][1]
+            same = sum(1 for row in rows if row[1] == last)
+            skip, cursor = (skip + same if last == cursor else same), last
+    counts = runs.totals()
+    timeline.capped = runs.capped
+    if more:  # the budget ran out: the rest count once, at their next run
+        edges = [float(first + width * at) for at in range(minutes + 1)]
+        everyone = store.due_counts(edges)
+        mine = firsts.totals()
+        for at in range(minutes):
+            rest = max(everyone[at] - mine[at], 0)
+            counts[at] += rest
+            timeline.counted_once += rest
+    timeline.buckets = [Bucket(first + width * at, first + width * (at + 1), count)
+                        for at, count in enumerate(counts)]
+    timeline.seconds = time.perf_counter() - started
+    return timeline
+
+
+def _expand(app: Celery, timeline: Timeline, runs: RunCounter, key: str, score: float,
+            fields: tuple[str | None, str | None, str | None], now: float) -> None:
+    """Count one entry's runs; one it cannot decode, or whose schedule fails to say
+    when it runs, counts once, at its score (the page says how many)."""
+    definition, meta, policy = fields
+    try:
+        entry = RedBeatSchedulerEntry.decode(app, key, definition, meta, policy=policy)
+        slot = first_run(entry, score, now)
+        if slot is not None:
+            runs.add(slot, score, entry.schedule, entry.policy, entry.name)
+            return
+    except Exception:  # InvalidEntry, or a schedule class of the app's own that fails
+        timeline.unreadable += 1
+    runs.tally.add(score_micros(score))
+
+
+def timeline(app: Celery, now: float) -> Timeline:
+    """The timeline from the start of the current minute, as last computed when that
+    is at most TIMELINE_REFRESH seconds ago (kept in Redis, shared by every web
+    process), else computed now and kept."""
+    store = store_for(app)
+    key = ensure_conf(app).keys.view_timeline
+    text, ttl = store.read_cached(key)
+    if text is not None and ttl > 0:
+        age = TIMELINE_LIFETIME - ttl / 1000
+        if age <= TIMELINE_REFRESH:
+            try:
+                return Timeline.from_json(text, age)
+            except (ValueError, KeyError, TypeError):
+                pass  # not what this module writes: computed again below
+    computed = compute_timeline(app, now)
+    store.write_cached(key, computed.to_json(), TIMELINE_LIFETIME)
+    return computed
+
+
+def has_run(info: EntryInfo, low: float, high: float, now: float) -> bool:
+    """Whether the entry has a run scored in ``[low, high)``: its next, or one after it
+    by the next-send rule (an entry that cannot be decoded: its next only)."""
+    score = info.score
+    if score is None or score <= 0:
+        return False
+    entry = info.entry
+    try:
+        slot = first_run(entry, score, now) if entry is not None else None
+        if entry is not None and slot is not None:
+            return runs_between(slot, score, entry.schedule, entry.policy, entry.name,
+                                low, high)
+    except Exception:  # a schedule class of the app's own that fails
+        pass
+    return low <= score < high
 
 
 # -- held slots ------------------------------------------------------------------------
@@ -345,6 +502,7 @@ def minute_label(moment: float, zone: tzinfo) -> str:
     return datetime.fromtimestamp(moment, tz=zone).strftime("%H:%M")
 
 
-__all__ = ["BUDGET", "NAME_BUDGET", "ORDERS", "PAGE_SIZE", "STATES", "Bucket", "HeldSlot",
-           "Page", "Query", "Segment", "held_slots", "last_run_score", "locate",
-           "next_runs", "read_page", "segments", "timeline", "zone_of"]
+__all__ = ["BUDGET", "NAME_BUDGET", "ORDERS", "PAGE_SIZE", "STATES", "TIMELINE_BUDGET",
+           "Bucket", "HeldSlot", "Page", "Query", "Segment", "Timeline", "compute_timeline",
+           "has_run", "held_slots", "last_run_score", "locate", "next_runs", "read_page",
+           "segments", "timeline", "zone_of"]

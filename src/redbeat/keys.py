@@ -92,6 +92,12 @@ class KeyLayout:
         return f"{self.prefix}:view:by-last-run"
 
     @property
+    def view_timeline(self) -> str:
+        """A short-lived string: the web view's last computed timeline (runs per minute
+        over the next 24 hours, as JSON), so a page load does not recompute it."""
+        return f"{self.prefix}:view:timeline"
+
+    @property
     def lock(self) -> str:
         if self.lock_name is None:
             return f"{self.prefix}:lock"
@@ -105,7 +111,7 @@ class KeyLayout:
         (an entry ``:lock`` would turn the lock into a hash no node can ever take)."""
         return frozenset({self.schedule, self.statics, self.pending, self.held_definitions,
                           self.nodes, self.lock, self.failing, self.view_by_name,
-                          self.view_by_last_run, self.history})
+                          self.view_by_last_run, self.view_timeline, self.history})
 
     def is_entry_key(self, key: str) -> bool:
         """Whether ``key`` can hold an entry of this schedule: under the prefix and not

@@ -156,7 +156,7 @@ class ScheduleStore:
             name: client.register_script(load_script(name))
             for name in ("tick", "commit", "confirm", "hold", "read_statics", "sync_statics",
                          "release", "extend", "sweep", "failure", "view_metas",
-                         "count_quarantined", "view_match")
+                         "count_quarantined", "view_match", "band_entries")
         }
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Reply:
@@ -678,6 +678,26 @@ class ScheduleStore:
             pipe.zcount(self.keys.schedule, f"{low!r}", f"({high!r}")
             for low, high in zip(edges[:-1], edges[1:], strict=True)])
         return [int(count) for count in counts]
+
+    def band_entries(self, low: float, high: float, skip: int, count: int
+                     ) -> list[tuple[str, float, str | None, str | None, str | None]]:
+        """Up to ``count`` schedule members scoring in ``[low, high)``, after the first
+        ``skip`` of them, in score order, each with its definition, meta and policy: one
+        round trip (band_entries.lua) whatever the schedule's size (a score range with a
+        limit is O(log N + skip + count) in Redis)."""
+        rows = json.loads(self._run("band_entries", [self.keys.schedule],
+                                    [repr(low), f"({high!r}", skip, count]))
+        return [(key, float(score), definition or None, meta or None, policy or None)
+                for key, score, definition, meta, policy in rows]
+
+    def read_cached(self, key: str) -> tuple[str | None, int]:
+        """A cached text and its remaining time to live in ms (negative: none)."""
+        text, ttl = self._pipelined(lambda pipe: (pipe.get(key), pipe.pttl(key)))
+        return text, int(ttl)
+
+    def write_cached(self, key: str, text: str, lifetime: int) -> None:
+        """Cache ``text`` under ``key`` for ``lifetime`` seconds."""
+        self.retry.call(lambda: self.client.set(key, text, ex=lifetime))
 
     def count_quarantined(self, window: int = 5000) -> int:
         """How many parked entries are quarantined: ``window`` parked members per round

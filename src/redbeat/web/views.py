@@ -25,6 +25,7 @@ from ..failures import read_failures
 from ..keys import MISFIRES
 from ..lock import Holder, expiry_words
 from ..nextrun import score_time
+from ..run_buckets import RUN_CAP
 from ..schedule_text import (
     as_options,
     describe,
@@ -109,13 +110,14 @@ def _query() -> browse.Query:
     return browse.Query(order=order if order in browse.ORDERS else "next",
                         state=state if state in browse.STATES else "",
                         name=args.get("name", "")[:200], task=args.get("task", "")[:200],
-                        due_from=_float_arg("from"), due_to=_float_arg("to"), start=start)
+                        due_from=_float_arg("from"), due_to=_float_arg("to"),
+                        runs=args.get("runs") == "1", start=start)
 
 
 def _link(query: browse.Query, **changes: Any) -> str:
     values = {"order": query.order, "state": query.state, "name": query.name,
               "task": query.task, "from": query.due_from, "to": query.due_to,
-              "start": query.start, **changes}
+              "runs": 1 if query.runs else None, "start": query.start, **changes}
     return "/entries?" + urlencode({key: value for key, value in values.items()
                                     if value is not None and value != "" and value != 0})
 
@@ -335,8 +337,8 @@ def bad_request(exc: Any) -> tuple[str, int]:
 @blueprint.route("/timeline")
 def timeline_page() -> str:
     context = _context()
-    now = time.time()
-    buckets = browse.timeline(context.celery_app, now)
+    timeline = browse.timeline(context.celery_app, time.time())
+    buckets = timeline.buckets
     peak = max((bucket.count for bucket in buckets), default=0)
     scale = (CHART_HEIGHT - 10) / peak if peak else 0
     bars: list[dict[str, Any]] = [
@@ -344,13 +346,13 @@ def timeline_page() -> str:
              "count": bucket.count,
              "label": browse.minute_label(bucket.start, context.zone),
              "link": "/entries?" + urlencode({"from": repr(bucket.start),
-                                              "to": repr(bucket.end)})}
+                                              "to": repr(bucket.end), "runs": 1})}
             for index, bucket in enumerate(buckets) if bucket.count]
     busiest = sorted(bars, key=lambda bar: -bar["count"])[:10]
     return render_template(
-        "timeline.html", bars=bars, busiest=busiest, peak=peak,
+        "timeline.html", timeline=timeline, bars=bars, busiest=busiest, peak=peak,
         total=sum(bucket.count for bucket in buckets), width=len(buckets) * BAR_WIDTH,
-        bar_width=BAR_WIDTH,
+        bar_width=BAR_WIDTH, refresh=browse.TIMELINE_REFRESH, cap=RUN_CAP,
         height=CHART_HEIGHT, start=when(datetime.fromtimestamp(buckets[0].start,
                                                               tz=timezone.utc)),
         hours=[{"x": index * BAR_WIDTH, "label": browse.minute_label(bucket.start,
