@@ -686,7 +686,7 @@ class ScheduleStore:
         round trip (band_entries.lua) whatever the schedule's size (a score range with a
         limit is O(log N + skip + count) in Redis)."""
         rows = json.loads(self._run("band_entries", [self.keys.schedule],
-                                    [repr(low), f"({high!r}", skip, count]))
+                                    [repr(low), f"({high!r}", skip, count]).payload[0])
         return [(key, float(score), definition or None, meta or None, policy or None)
                 for key, score, definition, meta, policy in rows]
 

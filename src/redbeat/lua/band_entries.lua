@@ -9,8 +9,8 @@
 -- ARGV[2] - highest score (exclusive, written "(<score>")
 -- ARGV[3] - members of the band to skip
 -- ARGV[4] - members to return at most
--- returns JSON [[member, score, definition, meta, policy], ...] (false for a missing
--- field; an empty array past the end)
+-- returns {'ok', JSON [[member, score, definition, meta, policy], ...]} (false for a
+-- missing field; an empty array past the end)
 local members = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[2], 'WITHSCORES',
                            'LIMIT', ARGV[3], ARGV[4])
 local rows = {}
@@ -22,6 +22,6 @@ for index = 1, #members, 2 do
   rows[#rows + 1] = {members[index], members[index + 1], fields[1], fields[2], fields[3]}
 end
 if #rows == 0 then
-  return '[]'
+  return {'ok', '[]'}
 end
-return cjson.encode(rows)
+return {'ok', cjson.encode(rows)}
