@@ -263,3 +263,32 @@ def test_a_lock_without_expiry_is_named_as_the_reason_no_beat_leads(app, caplog)
     assert f"elsewhere pid 1 (lock never expires: {stuck})" in result.output
     health = check(app, pid=None, now=T0 + 1)
     assert not health.healthy and stuck in health.reason
+
+
+def test_a_last_run_at_the_edge_of_time_is_shown_as_written(app):
+    """A last run at year 1, +14:00, is before the earliest UTC time: list, show and the
+    web's pages failed with an OverflowError for the whole schedule."""
+    from click.testing import CliRunner
+
+    from redbeat.cli import main
+    from redbeat.web import create_app
+
+    save(app, "good")
+    client = get_redis(app)
+    client.hset("redbeat:old", mapping={
+        "definition": json.dumps({"name": "old", "task": "tasks.x",
+                                  "schedule": {"__type__": "interval", "every": 10.0}}),
+        "meta": json.dumps({"total_run_count": 3, "last_run_at": {
+            "__type__": "datetime", "year": 1, "month": 1, "day": 1, "hour": 0, "minute": 0,
+            "second": 0, "microsecond": 0, "timezone": 14 * 3600}})})
+    client.zadd("redbeat::schedule", {"redbeat:old": T0 - 5})
+    url = app.conf.redbeat_redis_url
+    for args in (["list"], ["list", "--sort", "last"], ["show", "old"]):
+        result = CliRunner().invoke(main, ["--url", url, *args], catch_exceptions=False)
+        assert result.exit_code == 0 and "0001-01-01T00:00:00+14:00" in result.output
+    web = create_app(app).test_client()
+    for page in ("/entries", "/entries?order=last", "/entry?name=old"):
+        assert web.get(page, headers={"Host": "127.0.0.1"}).status_code == 200, page
+    scheduler = leading(app, [T0])
+    scheduler.tick()
+    assert [name for name, _ in scheduler.sent] == ["good"]

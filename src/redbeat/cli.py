@@ -233,7 +233,10 @@ def _shown(text: object) -> str:
 def _when(moment: datetime | None, zone: tzinfo) -> str:
     if moment is None:
         return "-"
-    return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")  # always with its zone
+    try:
+        return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")  # always with its zone
+    except OverflowError:  # year 1 or 9999 in a zone that would move it out of range
+        return moment.isoformat()
 
 
 def _table(rows: list[list[str]], headers: list[str]) -> str:

@@ -62,7 +62,10 @@ def _context() -> Context:
 def when(moment: datetime | None, zone: tzinfo | None = None) -> str:
     if moment is None:
         return "-"
-    return moment.astimezone(zone or _context().zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+    try:
+        return moment.astimezone(zone or _context().zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+    except OverflowError:  # year 1 or 9999 in a zone that would move it out of range
+        return moment.isoformat()
 
 
 @blueprint.app_errorhandler(redis.exceptions.RedisError)
