@@ -292,3 +292,30 @@ def test_a_last_run_at_the_edge_of_time_is_shown_as_written(app):
     scheduler = leading(app, [T0])
     scheduler.tick()
     assert [name for name, _ in scheduler.sent] == ["good"]
+
+
+@pytest.mark.parametrize("failures", [
+    '{"count": 1e400, "recent": [{"at_epoch": 1}]}',
+    '{"count": 1, "recent": [{"at_epoch": 1e300, "task_id": "x"}]}',
+    '{"count": 1, "recent": [{"at": "2026-01-01T00:00:00", "task_id": "naive"}]}',
+])
+def test_a_failure_record_another_client_wrote_never_fails_a_listing(app, failures):
+    """A count of 1e400 or a time past year 9999 (OverflowError) and a naive time
+    (compared with the aware last run: TypeError) failed list, status, show and the
+    web's table for the whole schedule."""
+    from click.testing import CliRunner
+
+    from redbeat.cli import main
+    from redbeat.web import create_app
+
+    save(app, "odd")
+    client = get_redis(app)
+    client.hset("redbeat:odd", "failures", failures)
+    client.zadd("redbeat::failing", {"redbeat:odd": T0})
+    url = app.conf.redbeat_redis_url
+    for args in (["list"], ["list", "--state", "failing"], ["status"], ["show", "odd"]):
+        result = CliRunner().invoke(main, ["--url", url, *args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+    web = create_app(app).test_client()
+    for page in ("/entries", "/entry?name=odd"):
+        assert web.get(page, headers={"Host": "127.0.0.1"}).status_code == 200, page

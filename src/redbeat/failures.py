@@ -57,7 +57,12 @@ class Failures:
         last = self.last
         if last is None:
             return False
-        return last_run_at is None or last.at >= last_run_at - timedelta(seconds=IN_FLIGHT)
+        if last_run_at is None:
+            return True
+        try:
+            return last.at >= last_run_at - timedelta(seconds=IN_FLIGHT)
+        except OverflowError:  # a last run in the first seconds of year 1
+            return last.at >= last_run_at
 
     def task_ids(self) -> dict[str, Failure]:
         return {failure.task_id: failure for failure in self.recent}
@@ -80,14 +85,16 @@ def read_failures(fields: dict[str, str]) -> Failures | None:
         recent = tuple(_failure(item) for item in doc.get("recent") or () if isinstance(
             item, dict))
         return Failures(int(doc.get("count") or len(recent)), recent)
-    except (ValueError, TypeError, AttributeError, RecursionError):
-        return None
+    except (ValueError, TypeError, AttributeError, RecursionError, OverflowError, OSError):
+        return None  # another client's text: a count of 1e400, a time past year 9999...
 
 
 def _failure(item: dict[str, Any]) -> Failure:
     at = item.get("at_epoch")
     moment = (datetime.fromtimestamp(float(at), tz=timezone.utc) if at is not None
               else datetime.fromisoformat(str(item.get("at"))))
+    if moment.tzinfo is None:  # compared with the aware last run
+        moment = moment.replace(tzinfo=timezone.utc)
     return Failure(str(item.get("task_id")), moment, str(item.get("reason")),
                    str(item.get("node")))
 
