@@ -108,6 +108,16 @@ def _clean_by_scan(client: redis.Redis, size: int) -> None:
 # -- workers and the floor -----------------------------------------------------------------
 
 
+def environment(impl: str) -> dict[str, str]:
+    """The workers' environment: ours imports this checkout's ``src`` first, whatever
+    the interpreter has installed; celery-redbeat's interpreter gets no PYTHONPATH, which
+    would otherwise put our ``redbeat`` in front of the one it has installed."""
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    if impl != "celery-redbeat":
+        env["PYTHONPATH"] = str(HERE.parent / "src")
+    return env
+
+
 def run_worker(python: str, scenario: str, url: str, *arguments: object,
                script: Path = WORKER, timeout: float = 600,
                env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -257,16 +267,18 @@ class Bench:
             self.flip = not self.flip
             for label, python, client, n, url in chosen if self.flip else chosen[::-1]:
                 clean(client, n)
-                runs[label].append(run_worker(python, scenario, url, *arguments))
+                runs[label].append(run_worker(python, scenario, url, *arguments,
+                                              timeout=900, env=environment(label)))
             if floor is not None:
                 clean(self.client, size)
                 floors.append(floor())
         clean(self.client, size)
+        self.results.setdefault("samples", {})[key] = runs  # each run's own figures
         for label, samples in runs.items():
             merged = merge(samples)
             self.results["cases"].setdefault(key, {})[label] = merged
             brief = {k: (round(v, 5) if isinstance(v, float) else v) for k, v in merged.items()
-                     if not isinstance(v, dict)}
+                     if not isinstance(v, (dict, list)) and len(str(v)) < 100}
             self.log(f"{key:<26} {label:<15} {json.dumps(brief)}")
         if floor is not None:
             self.results["floor"][key] = median(floors)
@@ -280,7 +292,8 @@ class Bench:
                  "redbeat.__file__)")
         described = {}
         for impl, python in self.impls.items():
-            out = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+            out = subprocess.run([python, "-c", probe], capture_output=True, text=True,
+                                 env=environment(impl))
             if out.returncode != 0:
                 raise SystemExit(f"{impl} ({python}) cannot import redbeat:\n{out.stderr}")
             py, celery_v, redis_v, version, where = out.stdout.split()
@@ -353,7 +366,11 @@ class Bench:
         (HERE / "results.json").write_text(json.dumps(self.results, indent=1, default=str))
         text = report(self.results, self.args)
         results = HERE / "RESULTS.md"
-        results.write_text(text + kept_section(results))
+        import e2e  # noqa: PLC0415 - its section, at the top of the file, is kept too
+
+        top = e2e.section_of(results.read_text()) if results.exists() else ""
+        text += kept_section(results)
+        results.write_text(e2e.splice(text, top) if top.strip() else text)
         print(text)
 
 

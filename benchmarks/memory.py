@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -106,16 +105,6 @@ SCENARIOS = {"entry": scenario_entry, "drain": scenario_drain}
 # -- the driver ---------------------------------------------------------------------------
 
 
-def environment(impl: str) -> dict[str, str]:
-    """The workers' environment: ours imports this checkout's ``src`` first, whatever
-    the interpreter has installed; celery-redbeat's interpreter gets no PYTHONPATH, which
-    would otherwise put our ``redbeat`` in front of the one it has installed."""
-    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
-    if impl == "ours":
-        env["PYTHONPATH"] = str(HERE.parent / "src")
-    return env
-
-
 def used_memory(client: redis.Redis) -> int:
     return int(client.info("memory")["used_memory"])
 
@@ -123,7 +112,7 @@ def used_memory(client: redis.Redis) -> int:
 def measure_entry(impl: str, python: str, args: argparse.Namespace) -> dict[str, Any]:
     with bench.RedisServer(binary=args.redis_server) as server:
         return bench.run_worker(python, "entry", server.url, args.runs, script=SCRIPT,
-                                env=environment(impl))
+                                env=bench.environment(impl))
 
 
 def measure_schedule(impl: str, python: str, size: int,
@@ -138,7 +127,7 @@ def measure_schedule(impl: str, python: str, size: int,
                               "tasks.due")
         stored = used_memory(client)
         drained = bench.run_worker(python, "drain", server.url, size, script=SCRIPT,
-                                   timeout=args.timeout, env=environment(impl))
+                                   timeout=args.timeout, env=bench.environment(impl))
         ran = used_memory(client)
         sample = [f"redbeat:e{i}" for i in range(0, size, max(1, size // 200))]
         with client.pipeline(transaction=False) as pipe:

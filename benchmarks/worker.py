@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import resource
 import sys
 import time
@@ -451,6 +452,126 @@ def scenario_dispatch_cost(url: str, count: int) -> dict[str, Any]:
     return {"seconds_per_dispatch": (time.perf_counter() - began) / count}
 
 
+class BrokerQueue:
+    """The benchmark's queue on the broker: how many messages it holds, one of them, and
+    emptying it. A Redis broker is read raw (the list kombu writes); RabbitMQ through a
+    passive declare on a connection of its own."""
+
+    def __init__(self, broker_url: str, queue: str) -> None:
+        self.queue = queue
+        self.redis = redis.Redis.from_url(broker_url) if broker_url.startswith("redis") else None
+        if self.redis is None:
+            from kombu import Connection
+
+            self.connection = Connection(broker_url)
+            self.channel = self.connection.channel()
+
+    def count(self) -> int:
+        with METER.pause():
+            if self.redis is not None:
+                return int(self.redis.llen(self.queue))
+            try:
+                return int(self.channel.queue_declare(self.queue, passive=True).message_count)
+            except Exception:  # not declared yet: nothing published
+                self.channel = self.connection.channel()
+                return 0
+
+    def holds(self, count: int, within: float) -> bool:
+        """Whether the queue holds ``count`` messages, waiting up to ``within`` seconds
+        for those still on their way (a publish RabbitMQ has not counted yet)."""
+        deadline = time.time() + within
+        while self.count() < count:
+            if time.time() > deadline:
+                return False
+            time.sleep(0.001)
+        return True
+
+    def sample(self) -> str:
+        """One message as the broker holds it (Redis: kombu's JSON), for the floor."""
+        with METER.pause():
+            if self.redis is not None:
+                return (self.redis.lindex(self.queue, 0) or b"").decode()
+            message = self.channel.basic_get(self.queue, no_ack=True)
+            return json.dumps({"body_bytes": len(message.body) if message else 0})
+
+    def empty(self) -> None:
+        with METER.pause():
+            if self.redis is not None:
+                self.redis.delete(self.queue)
+            else:
+                self.channel.queue_purge(self.queue)
+
+    def remove(self) -> None:
+        if self.redis is None:
+            with METER.pause():
+                self.channel.queue_delete(self.queue)
+                self.connection.close()
+
+
+def scenario_e2e(url: str, due: int, bursts: int, broker_url: str,
+                 queue: str) -> dict[str, Any]:
+    """Dispatch end to end: ``due`` entries fall due at once, ``bursts`` times (after one
+    unmeasured burst), and the real beat loop (tick, sleep what it returns) publishes
+    them for real to the broker at ``broker_url`` (queue ``queue``). Measured per burst:
+    from the due time until the broker holds all ``due`` messages (the last message's
+    lag). The scheduler is the package's own, unchanged: nothing is stubbed."""
+    app = make_app(url)
+    app.conf.update(broker_url=broker_url, task_default_queue=queue,
+                    broker_connection_timeout=10)
+    scheduler = RedBeatScheduler(app=app)
+    scheduler.producer  # noqa: B018 - connected before measuring, as beat is
+    take_lock(scheduler)
+    scheduler.tick()
+    broker = BrokerQueue(broker_url, queue)
+    client = redis.Redis.from_url(url)
+    lags, ticks, sample = [], [], ""
+    for burst in range(bursts + 1):
+        # a whole second, as celery-redbeat's own save() scores it: with a fraction, its
+        # tick at the due time finds all but one entry not due yet (a microsecond
+        # rounding) and sends them a max_interval later
+        due_at = float(math.ceil(time.time() + 1.0))
+        names = [(f"due{i}", due_at) for i in range(due)]
+        with METER.pause():
+            dataset.write_entries(client, names, 3600.0, "tasks.e2e")
+        ended, count = None, 0
+        while time.time() < due_at + 600:
+            interval = scheduler.tick()
+            count += 1
+            now = time.time()
+            if now < due_at:
+                time.sleep(max(0.0, min(interval or 0.0, due_at - now)))
+            elif interval and broker.holds(due, within=min(interval, 5.0)):
+                # the loop sleeps now (the sleep spent watching the broker): the burst
+                # has been sent, and the broker holds all of it
+                ended = time.time()
+                break
+        if ended is None:
+            raise RuntimeError(f"burst {burst}: {broker.count()} of {due} in the broker")
+        if burst:  # the first burst warms the dispatch path up, like a beat that has run
+            lags.append(ended - due_at)
+            ticks.append(count)
+        sample = sample or broker.sample()
+        broker.empty()
+        with METER.pause():
+            keys = [f"redbeat:{name}" for name, _ in names]
+            client.delete(*keys)
+            client.zrem(dataset.SCHEDULE_KEY, *keys)
+    scheduler.close()
+    broker.remove()
+    lags.sort()
+    return {
+        "due": due,
+        "bursts": len(lags),
+        "lags_ms": [lag * 1000 for lag in lags],
+        "seconds": lags[len(lags) // 2],
+        "per_second": due / lags[len(lags) // 2],
+        "p50_ms": lags[len(lags) // 2] * 1000,
+        "p99_ms": lags[min(len(lags) - 1, int(0.99 * len(lags)))] * 1000,
+        "ticks_max": max(ticks),
+        "sample": sample,
+    }
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident set (VmHWM). Not ru_maxrss: Linux carries that over
     from the parent across fork and exec, so it could report the driver's peak."""
@@ -468,12 +589,21 @@ SCENARIOS = {
     "stale": scenario_stale,
     "lag": scenario_lag,
     "dispatch_cost": scenario_dispatch_cost,
+    "e2e": scenario_e2e,
 }
+
+
+def argument(text: str) -> Any:
+    """A number when it reads as one (a float with a dot), else the text (a URL)."""
+    try:
+        return float(text) if "." in text else int(text)
+    except ValueError:
+        return text
 
 
 def main() -> None:
     scenario, url = sys.argv[1], sys.argv[2]
-    arguments = [float(a) if "." in a else int(a) for a in sys.argv[3:]] or [0]
+    arguments = [argument(a) for a in sys.argv[3:]] or [0]
     METER.install()
     result = SCENARIOS[scenario](url, *arguments)
     result["peak_rss_mb"] = peak_rss_mb()
