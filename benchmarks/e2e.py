@@ -176,7 +176,7 @@ class EndToEnd(bench.Bench):
 def splice(text: str, section: str) -> str:
     """``text`` (RESULTS.md) with the end-to-end section replaced, or put right after
     the title and its list of the machine and versions."""
-    block = f"{START}\n{section.strip()}\n{END}\n"
+    block = f"{START}\n{section.strip()}\n{END}\n\n"
     if START in text and END in text:
         head, rest = text.split(START, 1)
         return head + block + rest.split(END, 1)[1].lstrip("\n")
@@ -184,7 +184,7 @@ def splice(text: str, section: str) -> str:
     at = 1
     while at < len(lines) and (lines[at].startswith("- ") or not lines[at].strip()):
         at += 1
-    return "".join(lines[:at]) + "\n" + block + "\n" + "".join(lines[at:])
+    return "".join(lines[:at]) + "\n" + block + "".join(lines[at:])
 
 
 def section_of(text: str) -> str:
