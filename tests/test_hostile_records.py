@@ -319,3 +319,18 @@ def test_a_failure_record_another_client_wrote_never_fails_a_listing(app, failur
     web = create_app(app).test_client()
     for page in ("/entries", "/entry?name=odd"):
         assert web.get(page, headers={"Host": "127.0.0.1"}).status_code == 200, page
+
+
+@pytest.mark.parametrize("count", ["1e400", "-1e400", "-5", '"many"'])
+def test_a_failure_is_recorded_over_a_count_another_client_wrote(app, count):
+    """failure.lua wrote the count back with cjson, which cannot encode inf: the script
+    failed and no failure of that entry was recorded again."""
+    from redbeat.entry import store_for
+    from redbeat.failures import read_failures
+
+    save(app, "odd")
+    client = get_redis(app)
+    client.hset("redbeat:odd", "failures", f'{{"count": {count}, "recent": []}}')
+    assert store_for(app).record_failure("redbeat:odd", "odd:1", "TypeError()", "node", at=T0)
+    failures = read_failures(client.hgetall("redbeat:odd"))
+    assert failures is not None and failures.count == 1

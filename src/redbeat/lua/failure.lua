@@ -25,6 +25,10 @@ if stored then
   local ok, old = pcall(cjson.decode, stored)
   if ok and type(old) == 'table' then
     count = tonumber(old['count']) or 0
+    -- another client's count: NaN, inf (cjson cannot write them back) or negative
+    if count ~= count or count < 0 or count > 2^53 then
+      count = 0
+    end
     if type(old['recent']) == 'table' then
       recent = old['recent']
     end
