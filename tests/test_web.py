@@ -151,3 +151,20 @@ def test_sorts(server: WebServer, page: Any) -> None:
     assert "-" not in lasts and lasts == sorted(lasts, reverse=True)
     page.click("th a:text('Next run')")
     assert column(page, "name")[0] == "job-000001"
+
+
+def test_the_timeline_of_100000_entries_is_partial_and_says_so(server: WebServer,
+                                                                 page: Any) -> None:
+    """Every entry here runs every minute: the first 20,000 by next run have all their
+    runs counted, the rest once, and the page says so; a bar lists entries that run
+    in its minute."""
+    FIGURES["timeline, first request (computes it) (s)"] = round(
+        load(page, server.url + "/timeline"), 3)
+    FIGURES["timeline, computation (server)"] = page.inner_text("#figures").rsplit(
+        " in ", 1)[1]
+    partial = page.inner_text("#partial")
+    assert "only the first 20000 entries by next run were expanded" in partial
+    FIGURES["timeline, kept (s)"] = round(load(page, server.url + "/timeline"), 3)
+    page.locator("#busiest tbody tr a").first.click()
+    assert page.inner_text("#band").startswith("Entries with a run in the minute")
+    assert page.inner_text("#summary").startswith("50 match(es)")
