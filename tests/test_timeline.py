@@ -122,3 +122,15 @@ def test_a_kept_timeline_is_served_until_it_is_too_old(redis_server: Any) -> Non
     fresh = browse.timeline(app, start + 3)
     assert fresh.buckets[0].count == 2 and fresh.age == 0
     assert sum(bucket.count for bucket in fresh.buckets) == 48
+
+
+def test_an_entry_that_cannot_be_decoded_counts_once(redis_server: Any) -> None:
+    app = make_app(redis_server.url)
+    start = window_start()
+    client = redis_server.client()
+    client.hset("redbeat:broken", mapping={"definition": "{not json", "meta": "{}"})
+    client.zadd("redbeat::schedule", {"redbeat:broken": start + 30})
+    write_entries(app, [("fine", "tasks.x", start + 40, {"every": 3600.0})])
+    found = compute_timeline(app, start + 1)
+    assert found.unreadable == 1 and found.expanded == 2
+    assert found.buckets[0].count == 2 and sum(b.count for b in found.buckets) == 25

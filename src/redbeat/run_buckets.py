@@ -4,14 +4,17 @@ view's timeline draws.
 The schedule's sorted set holds one run per entry, its next; the runs after it come
 from the package's one next-send rule (``redbeat.nextrun.following_run``: the window,
 the end time and the per-slot jitter applied), so the timeline counts what the tick
-will send. Two shortcuts keep an entry's cost small and bounded:
+will send. Three rules keep the cost small and bounded:
 
 - a plain interval without jitter runs at ``first + k * every`` up to its end time: an
   arithmetic progression, added to the counts in a constant number of steps when the
   bucket width is a multiple of the interval (every 10 s: 6 per minute) or the
   interval a multiple of the width (hourly: one bar in 60), and otherwise one step per
   bucket or per run, whichever is fewer;
-- any other schedule is walked run by run, at most ``cap`` runs per entry.
+- any other schedule is walked run by run, at most ``cap`` runs per entry, and once
+  for all the entries with the same schedule, next slot and policy without jitter
+  (a thousand identical crontabs have the same runs);
+- walking stops after a budget of runs for the whole window (:class:`RunCounter`).
 
 Times are integer microseconds from the epoch. A score is a send time rounded *up* to
 the millisecond, so a send time ``t`` (µs) scores in ``[low, high)`` (whole ms) exactly
@@ -38,8 +41,6 @@ SECOND = 1_000_000
 SCORE_SHIFT = 999
 #: Runs walked at most per entry (a day of a minutely crontab).
 RUN_CAP = 1440
-
-
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -158,10 +159,6 @@ def plain_step(schedule: Any, policy: EntryPolicy) -> int | None:
     return step if step > 0 else None
 
 
-def _end_micros(policy: EntryPolicy) -> int | None:
-    return None if policy.end_time is None else micros(policy.end_time)
-
-
 @dataclass(frozen=True)
 class Expansion:
     """What adding one entry's runs cost: runs counted, and whether it stopped at the cap
@@ -228,8 +225,8 @@ class RunCounter:
 
     def add(self, first: NextRun, score: float, schedule: Any, policy: EntryPolicy,
             name: str) -> None:
-        self.tally.add(score_micros(score))
-        following = following_run(schedule, policy, name, first.due)
+        following = following_run(schedule, policy, name, first.due)  # may raise:
+        self.tally.add(score_micros(score))  # then the caller counts the first once
         if following is None or micros(following.due) >= self.tally.end:
             return
         step = plain_step(schedule, policy)
