@@ -334,3 +334,34 @@ def test_a_failure_is_recorded_over_a_count_another_client_wrote(app, count):
     assert store_for(app).record_failure("redbeat:odd", "odd:1", "TypeError()", "node", at=T0)
     failures = read_failures(client.hgetall("redbeat:odd"))
     assert failures is not None and failures.count == 1
+
+
+@pytest.mark.parametrize(("suffix", "kind"), [("nodes", "hash"), ("pending", "hash"),
+                                              ("statics", "set")])
+def test_another_type_at_an_internal_key_is_named_by_beat_the_cli_and_the_web(
+        app, caplog, suffix, kind):
+    """Another client's SET over one of redbeat's own keys fails every script touching it:
+    beat said 'Redis unavailable ... standing by until it returns', which it never did,
+    and the CLI and the web only Redis's WRONGTYPE. Each now names the key."""
+    import logging
+
+    from click.testing import CliRunner
+
+    from redbeat.cli import main
+    from redbeat.web import create_app
+
+    save(app, "e")
+    get_redis(app).set(f"redbeat::{suffix}", "garbage")
+    said = f"redbeat::{suffix} holds a string, where redbeat keeps a {kind}"
+    with caplog.at_level(logging.ERROR, logger="celery.beat"):
+        scheduler = Recording(app, clock=lambda: T0)
+        scheduler.tick()
+        scheduler.tick()
+    assert [record.getMessage() for record in caplog.records] == [
+        f"beat: {said}; nothing is sent until it is deleted (another client wrote it)"]
+    command = ["status"] if suffix != "statics" else ["list"]
+    result = CliRunner().invoke(main, ["--url", app.conf.redbeat_redis_url, *command])
+    assert (result.exit_code, said in result.output) == (1, True), result.output
+    page = "/nodes" if suffix != "statics" else "/entries"
+    answer = create_app(app).test_client().get(page, headers={"Host": "127.0.0.1"})
+    assert answer.status_code == 503 and said in answer.get_data(as_text=True)

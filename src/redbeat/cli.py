@@ -186,7 +186,8 @@ def command(fn: Callable[..., Any]) -> Callable[..., Any]:
         except (InvalidEntry, ValueError) as exc:
             fail(str(exc), EXIT_INVALID)
         except redis.exceptions.RedisError as exc:
-            fail(f"Redis: {exc}", EXIT_FAILED)
+            misplaced = store_for(_app(click.get_current_context())).misplaced_types(exc)
+            fail(f"Redis: {misplaced or exc}", EXIT_FAILED)
     return run
 
 

@@ -113,6 +113,16 @@ class KeyLayout:
                           self.nodes, self.lock, self.failing, self.view_by_name,
                           self.view_by_last_run, self.view_timeline, self.history})
 
+    @cached_property
+    def types(self) -> dict[str, str]:
+        """The Redis type each internal key holds (what TYPE answers). Another type at
+        one of them (another client's SET) makes every script that touches it fail."""
+        return {self.schedule: "zset", self.statics: "set", self.pending: "hash",
+                self.held_definitions: "hash", self.nodes: "hash", self.lock: "string",
+                self.failing: "zset", self.view_by_name: "zset",
+                self.view_by_last_run: "zset", self.view_timeline: "string",
+                self.history: "stream"}
+
     def is_entry_key(self, key: str) -> bool:
         """Whether ``key`` can hold an entry of this schedule: under the prefix and not
         one of the internal keys. A schedule member that fails this is never written to

@@ -569,7 +569,13 @@ class RedBeatScheduler(Scheduler):
 
     def _redis_unavailable(self, exc: Exception) -> float:
         if not self._redis_down and not is_auth_error(exc):
-            logger.error("beat: Redis unavailable (%s); standing by until it returns", exc)
+            misplaced = self.store.misplaced_types(exc)
+            if misplaced:
+                logger.error("beat: %s; nothing is sent until it is deleted (another client "
+                             "wrote it)", misplaced)
+            else:
+                logger.error("beat: Redis unavailable (%s); standing by until it returns",
+                             exc)
         # counted in the outage, which logs it again at growing intervals (and a refused
         # password as the configuration error it is), never once per tick
         self.store.retry.outage.failed(exc, quiet=not is_auth_error(exc))

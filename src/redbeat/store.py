@@ -208,6 +208,21 @@ class ScheduleStore:
         if stale:
             self.retry.call(lambda: self.client.hdel(self.keys.nodes, *stale))
 
+    def misplaced_types(self, exc: Exception) -> str:
+        """What Redis's WRONGTYPE ``exc`` means, in words: which internal keys hold
+        another type than redbeat keeps there (one round trip); '' for another error,
+        or when that cannot be told."""
+        if "WRONGTYPE" not in str(exc):
+            return ""
+        expected = self.keys.types
+        try:
+            found = self._pipelined(lambda pipe: [pipe.type(key) for key in expected])
+        except RedisError:
+            return ""
+        return "; ".join(f"{key} holds a {kind}, where redbeat keeps a {want}"
+                         for (key, want), kind in zip(expected.items(), found, strict=True)
+                         if kind not in ("none", want))
+
     def nodes(self) -> dict[str, str]:
         return self.retry.call(lambda: self.client.hgetall(self.keys.nodes))
 

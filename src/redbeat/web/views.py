@@ -71,7 +71,9 @@ def when(moment: datetime | None, zone: tzinfo | None = None) -> str:
 @blueprint.app_errorhandler(redis.exceptions.RedisError)
 def redis_failed(exc: Exception) -> tuple[str, int]:
     # redis-py's messages can quote the URL: never show its password
-    return render_template("error.html", message=f"Redis: {redact(str(exc))}"), 503
+    misplaced = manage.store_for(_context().celery_app).misplaced_types(exc)
+    return render_template("error.html",
+                           message=f"Redis: {misplaced or redact(str(exc))}"), 503
 
 
 @blueprint.app_errorhandler(403)
