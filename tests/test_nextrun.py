@@ -260,3 +260,18 @@ def test_upcoming_runs_stop_at_the_window_and_carry_their_jitter():
     runs = upcoming_runs(first, EVERY_10, policy, "u", 10)
     assert [run.due for run in runs] == [t(10), t(20), t(30)]
     assert [run.send_at for run in runs] == [policy.send_time("u", run.due) for run in runs]
+
+
+@pytest.mark.parametrize(("every", "last_run", "expected"), [
+    (EVERY_10, -3600, [-3590, 10, 20]),  # an hour down: the overdue slot, then after now
+    (EVERY_10, -10, [0, 10, 20]),  # due now: nothing skipped
+    (crontab(minute="*/15"), -86400, [-86400 + 900, 900, 1800]),
+])
+def test_the_runs_listed_after_an_overdue_one_are_after_now(every, last_run, expected):
+    """The tick sends an overdue slot with the ones missed since; the next runs follow
+    the latest of them. show listed the missed slots after it: times already past."""
+    from redbeat.nextrun import upcoming_runs
+
+    first = next_run(every, EntryPolicy(), "o", t(last_run), T)
+    runs = upcoming_runs(first, every, EntryPolicy(), "o", 3, T)
+    assert [run.due for run in runs] == [t(seconds) for seconds in expected]

@@ -173,7 +173,8 @@ class RedBeatSchedulerEntry(ScheduleEntry):
 
     def upcoming(self, count: int) -> list[NextRun]:
         """The next ``count`` slots (fewer when the schedule or the window ends)."""
-        return upcoming_runs(self._next_run(), self.schedule, self.policy, self.name, count)
+        return upcoming_runs(self._next_run(), self.schedule, self.policy, self.name, count,
+                             utc(self._default_now()))
 
     def _next_run(self) -> NextRun | None:
         return next_run(self.schedule, self.policy, self.name, self.last_run_at,

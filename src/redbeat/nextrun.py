@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from celery import schedules as celery_schedules
 
 from .keys import PARKED_SCORE
-from .nexttime import first_due, next_after, slots_between, utc
+from .nexttime import first_due, latest_slot, next_after, slots_between, utc
 from .policy import EntryPolicy
 
 #: Slots tried when telling which one a never-run entry's score was jittered from.
@@ -102,14 +102,20 @@ def following_run(schedule: Any, policy: EntryPolicy, name: str,
 
 
 def upcoming_runs(first: NextRun | None, schedule: Any, policy: EntryPolicy, name: str,
-                  count: int) -> list[NextRun]:
+                  count: int, now: datetime | None = None) -> list[NextRun]:
     """``first`` and the slots after it, ``count`` at most, as the tick will send them
-    (the window and jitter applied): what the CLI and the web view show."""
+    (the window and jitter applied): what the CLI and the web view show. An overdue
+    ``first`` (no beat ran it) goes out at the next tick together with the slots missed
+    since, so the runs after it follow the latest slot at or before ``now``: listing the
+    missed ones after it showed times already past."""
     runs: list[NextRun] = []
     run = first
     while run is not None and len(runs) < count:
         runs.append(run)
-        run = following_run(schedule, policy, name, run.due)
+        after = run.due
+        if len(runs) == 1 and now is not None and run.due < now:
+            after = latest_slot(schedule, run.due, now)
+        run = following_run(schedule, policy, name, after)
     return runs
 
 
