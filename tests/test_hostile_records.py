@@ -365,3 +365,34 @@ def test_another_type_at_an_internal_key_is_named_by_beat_the_cli_and_the_web(
     page = "/nodes" if suffix != "statics" else "/entries"
     answer = create_app(app).test_client().get(page, headers={"Host": "127.0.0.1"})
     assert answer.status_code == 503 and said in answer.get_data(as_text=True)
+
+
+def test_a_member_whose_key_is_not_a_hash_fails_no_listing(app, tmp_path):
+    """Another client's string at an entry key, with a member in the schedule: list,
+    export and the web's table failed with WRONGTYPE for the whole schedule
+    (until a tick dropped the member, only once it was due), and an export held it
+    without a definition, which import refuses."""
+    from click.testing import CliRunner
+
+    from redbeat.cli import main
+    from redbeat.web import create_app
+
+    save(app, "good")
+    client = get_redis(app)
+    client.set("redbeat:stray", "not a hash")
+    client.zadd("redbeat::schedule", {"redbeat:stray": T0 + 86400})
+    url = app.conf.redbeat_redis_url
+    runner = CliRunner()
+    for args in (["list"], ["list", "--sort", "name"], ["list", "--task", "tasks.*"]):
+        result = runner.invoke(main, ["--url", url, *args], catch_exceptions=False)
+        assert result.exit_code == 0 and "good" in result.output, (args, result.output)
+    assert runner.invoke(main, ["--url", url, "show", "stray"]).exit_code == 3
+    exported = runner.invoke(main, ["--url", url, "export"], catch_exceptions=False)
+    assert [entry["name"] for entry in json.loads(exported.stdout)["entries"]] == ["good"]
+    source = tmp_path / "export.json"
+    source.write_text(exported.stdout)
+    assert runner.invoke(main, ["--url", url, "import", str(source)]).exit_code == 0
+    web = create_app(app).test_client()
+    for page in ("/entries", "/entries?order=name", "/entries?order=last",
+                 "/entries?state=quarantined", "/entries?name=str"):
+        assert web.get(page, headers={"Host": "127.0.0.1"}).status_code == 200, page

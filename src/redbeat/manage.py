@@ -369,6 +369,8 @@ def export_entries(app: Celery) -> dict[str, Any]:
     """Every entry with its definition, meta and score, as plain JSON values."""
     entries = []
     for info in iter_entries(app):
+        if not info.fields:
+            continue  # a member with no hash (another type at its key, or deleted): no entry
         record: dict[str, Any] = {"name": info.name, "score": info.score,
                                   "static": info.static}
         for name in (DEFINITION, META, POLICY):

@@ -71,6 +71,28 @@ def with_flag_reply(name: str) -> str:
             "return run()[1] == 'ok' and 1 or 0\n")
 
 
+def _or_absent(reply: Any, absent: Any) -> Any:
+    """A reply of a pipeline run without raising, for a key read as an entry: another
+    type there (another client's data, not an entry) reads as ``absent``, what a missing
+    key gives; any other error is raised. One such member failed every listing."""
+    if isinstance(reply, ResponseError) and "WRONGTYPE" in str(reply):
+        return absent
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def _raise_error(*replies: Any) -> None:
+    """Raise the first error among replies of a pipeline run without raising."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+
+
+def _hash_or_empty(reply: Any) -> dict[str, str]:
+    return dict(_or_absent(reply, {}))
+
+
 def pairs(flat: list[Any]) -> dict[Any, Any]:
     """A flat ``[k1, v1, k2, v2, ...]`` reply as a dict."""
     return dict(zip(flat[0::2], flat[1::2], strict=True))
@@ -307,8 +329,10 @@ class ScheduleStore:
         if not members:
             return []
         fields = self._pipelined(
-            lambda pipe: [pipe.hmget(key, FAILURES, META) for key in members])
-        return [(key, raw, meta) for key, (raw, meta) in zip(members, fields, strict=True)]
+            lambda pipe: [pipe.hmget(key, FAILURES, META) for key in members],
+            raise_on_error=False)
+        return [(key, *_or_absent(reply, (None, None)))
+                for key, reply in zip(members, fields, strict=True)]
 
     def record_failure(self, key: str, task_id: str, reason: str, node: str,
                        at: float | None = None) -> bool:
@@ -488,11 +512,14 @@ class ScheduleStore:
 
     def with_hashes(self, members: Sequence[tuple[str, float]]
                     ) -> list[tuple[str, float, dict[str, str]]]:
-        """Each member with its hash, in one round trip."""
+        """Each member with its hash, in one round trip; a member whose key holds another
+        type reads as an empty hash (listings skip it, as an expired one: the leader's
+        tick drops the member). It failed every listing of the schedule."""
         if not members:
             return []
-        hashes = self._pipelined(lambda pipe: [pipe.hgetall(key) for key, _ in members])
-        return [(key, score, fields)
+        hashes = self._pipelined(lambda pipe: [pipe.hgetall(key) for key, _ in members],
+                                 raise_on_error=False)
+        return [(key, score, _hash_or_empty(fields))
                 for (key, score), fields in zip(members, hashes, strict=True)]
 
     def members(self, start: int, count: int, parked: bool) -> list[tuple[str, float]]:
@@ -514,8 +541,9 @@ class ScheduleStore:
         """An entry's hash, its score and whether it is a static, in one round trip."""
         fields, score, static = self._pipelined(lambda pipe: (
             pipe.hgetall(key), pipe.zscore(self.keys.schedule, key),
-            pipe.sismember(self.keys.statics, name)))
-        return fields, score, bool(static)
+            pipe.sismember(self.keys.statics, name)), raise_on_error=False)
+        _raise_error(score, static)
+        return _hash_or_empty(fields), score, bool(static)
 
     def history(self, key: str, want: int, scan: int,
                 page: int = 1000) -> list[tuple[str, dict[str, str]]]:
@@ -557,9 +585,10 @@ class ScheduleStore:
         if not keys:
             return []
         fields = self._pipelined(
-            lambda pipe: [pipe.hmget(key, DEFINITION, META) for key in keys])
-        return [(key, definition, meta)
-                for key, (definition, meta) in zip(keys, fields, strict=True)]
+            lambda pipe: [pipe.hmget(key, DEFINITION, META) for key in keys],
+            raise_on_error=False)
+        return [(key, *_or_absent(reply, (None, None)))
+                for key, reply in zip(keys, fields, strict=True)]
 
     def write_batch(self, build: Callable[[Any], Any]) -> None:
         """Writes queued by ``build`` on a transaction, applied all or nothing."""
@@ -638,10 +667,13 @@ class ScheduleStore:
         wanted = (DEFINITION, META, POLICY, QUARANTINE, FAILURES, MISFIRES, CHANGED)
         replies = self._pipelined(lambda pipe: [
             (pipe.hmget(key, *wanted), pipe.zscore(self.keys.schedule, key),
-             pipe.sismember(self.keys.statics, self.keys.name_of(key))) for key in keys])
+             pipe.sismember(self.keys.statics, self.keys.name_of(key))) for key in keys],
+            raise_on_error=False)
         rows = []
         for at in range(0, len(replies), 3):
             values, score, static = replies[at:at + 3]
+            values = _or_absent(values, [None] * len(wanted))
+            _raise_error(score, static)
             fields = {name: value for name, value in zip(wanted, values, strict=True)
                       if value is not None}
             rows.append((fields, score, bool(static)))
