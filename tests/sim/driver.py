@@ -112,11 +112,11 @@ class RecordingScheduler(RedBeatScheduler):
         self.log.append((self.clock(), entry.name, slot_ms / 1000))
 
 
-#: Seconds of *real* time: the lease (five of these) and the wait for a publish (half of
-#: one, at most the publish timeout) are measured on the real clock. With the default (1 s) a loaded machine that
-#: stalls the recording publisher for half a second leaves a slot held for the next
-#: tick, which the oracle would count as late: long real waits keep simulated time the
-#: only time that matters.
+#: Seconds of *real* time: the lease (five of these) and the wait for a publish (half
+#: of one, at most the publish timeout) are measured on the real clock. With the
+#: default (1 s) a loaded machine that stalls the recording publisher for half a second
+#: leaves a slot held for the next tick, which the oracle would count as late: long
+#: real waits keep simulated time the only time that matters.
 REAL_POLL_INTERVAL = 30.0
 
 
