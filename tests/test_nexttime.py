@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from celery import Celery
-from celery.schedules import crontab, schedule
+from celery.schedules import crontab, schedule, solar
 
 from redbeat.nexttime import first_due, latest_slot, next_after
 from redbeat.schedules import rrule
@@ -83,3 +83,16 @@ def test_first_due(schedule_, now, expected):
 )
 def test_latest_slot_coalesces_to_the_last_missed_run(schedule_, due, now, expected):
     assert latest_slot(schedule_, due, now) == expected
+
+
+@pytest.mark.parametrize("just_after_sunrise", [
+    # a London sunrise the simulator saw sent twice: from this moment (the run recorded),
+    # ephem's search found the same sunrise again, a tenth of a second later
+    datetime(2028, 2, 2, 7, 38, 0, 384646, tzinfo=UTC),
+    datetime(2027, 8, 7, 4, 33, 2, tzinfo=UTC),
+])
+def test_solar_next_run_is_the_next_event_not_the_one_just_run(just_after_sunrise):
+    sunrise = solar("sunrise", 51.5, -0.13, app=APP, nowfun=lambda: utc(2027, 1, 1))
+    following = next_after(sunrise, just_after_sunrise)
+    assert following is not None
+    assert timedelta(hours=23) < following - just_after_sunrise < timedelta(hours=25)

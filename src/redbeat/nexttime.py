@@ -731,3 +731,28 @@ def _clocked_next(schedule: clocked, after: datetime) -> datetime | None:
 @first_due.register
 def _clocked_first(schedule: clocked, now: datetime) -> datetime | None:
     return utc(schedule.run_at)  # even if it passed while nobody ran: it runs once
+
+
+# -- solar ---------------------------------------------------------------------------
+
+#: ephem's time for a rise or set moves by about a tenth of a second with where its
+#: search starts, so asked from a moment just after an event (the run just recorded:
+#: Celery's answer is measured from the real clock) it can give that same event back,
+#: and the entry ran twice. Found this close after the moment asked, an event is that
+#: one again; the next event of the same kind is hours away.
+SOLAR_SAME_EVENT = timedelta(seconds=5)
+
+
+@next_after.register
+def _solar_next(schedule: celery_schedules.solar, after: datetime) -> datetime | None:
+    found = celery_next(schedule, after)
+    if overrides_estimate(schedule, celery_schedules.solar) or found is None:
+        return found
+    if found - utc(after) < SOLAR_SAME_EVENT:
+        return celery_next(schedule, utc(after) + SOLAR_SAME_EVENT)
+    return found
+
+
+@first_due.register
+def _solar_first(schedule: celery_schedules.solar, now: datetime) -> datetime | None:
+    return celery_next(schedule, now - timedelta(microseconds=1))  # an event at now counts
