@@ -157,3 +157,43 @@ def test_expires_as_a_datetime_becomes_the_message_ttl(scheduler):
                                   app=scheduler.app)
     message = publish.Builder(scheduler.app).prepare(entry, "e:1")
     assert 88_000 <= int(message.properties["expiration"]) <= 90_000
+
+
+REPR_CASES = [([], {}), ([1, "it's", None], {"y": 2.5}), ((1, 2), {"d": {"n": [True]}}),
+              (["x" * 3000], {"deep": [[[[1]]]]})]
+
+
+@pytest.mark.parametrize(("args", "kwargs"), REPR_CASES)
+def test_kept_reprs_are_celerys_and_follow_an_edit(args, kwargs):
+    from celery.beat import BeatLazyFunc
+    from celery.utils.saferepr import saferepr
+
+    app = make_app("redis://unused")
+    limits = (app.amqp.argsrepr_maxsize, app.amqp.kwargsrepr_maxsize,
+              app.conf.task_repr_maxlevels)
+
+    def celerys(entry):  # what as_task_v2 computes for the evaluated arguments
+        a, k = list(entry.args or []), dict(entry.kwargs or {})
+        return (saferepr(a or (), limits[0], maxlevels=limits[2]),
+                saferepr(k, limits[1], maxlevels=limits[2]))
+
+    reprs = publish.Reprs()
+    entry = RedBeatSchedulerEntry("e", "tasks.plain", 60, args=args, kwargs=kwargs, app=app)
+
+    def ours():
+        a = [v() if isinstance(v, BeatLazyFunc) else v for v in entry.args or []]
+        k = {n: v() if isinstance(v, BeatLazyFunc) else v
+             for n, v in (entry.kwargs or {}).items()}
+        return reprs.get(entry, a, k, limits)
+
+    assert ours() == ours() == celerys(entry)
+    entry.args = [*(entry.args or []), "added"]  # a new list
+    assert ours() == celerys(entry)
+    entry.args[0] = "replaced"  # in place, at the top level
+    entry.kwargs["new"] = 1
+    assert ours() == celerys(entry)
+    calls = iter(range(10))
+    entry.args[0] = BeatLazyFunc(lambda: f"lazy{next(calls)}")
+    for n in range(2):  # evaluated again each time, never kept
+        assert ours()[0] == saferepr([f"lazy{n}", *entry.args[1:]], limits[0],
+                                     maxlevels=limits[2])

@@ -30,6 +30,7 @@ from celery import Celery, signals
 from celery.app.task import Task
 from celery.backends.base import Backend
 from celery.beat import _evaluate_entry_args, _evaluate_entry_kwargs
+from celery.utils.saferepr import saferepr
 from celery.utils.time import maybe_make_aware
 from kombu import Exchange, Queue
 from kombu.common import Broadcast, maybe_declare
@@ -102,12 +103,58 @@ def app_supports_batch(app: Celery) -> bool:
     return type(app.backend).on_task_call is Backend.on_task_call
 
 
+class Reprs:
+    """``argsrepr``/``kwargsrepr`` (Celery's ``saferepr`` of an entry's arguments, a
+    third of a message's build) kept from tick to tick, by the identity of the entry's
+    ``args`` and ``kwargs``.
+
+    The tick's entries share their arguments through the definition cache (entry.py),
+    which nobody mutates: an edited entry is new text, so new objects and a new repr.
+    An entry someone rebinds or changes at its top level (``entry.args[0] = 5``) is seen
+    too (the items are compared by identity); lazy arguments (``BeatLazyFunc``) are
+    evaluated per message and never kept. The references held keep ids from being
+    reused; the table is emptied when it reaches ``size``."""
+
+    def __init__(self, size: int = 16384) -> None:
+        self.size = size
+        self.known: dict[tuple[int, int], tuple[Any, ...]] = {}
+
+    def get(self, entry: Any, args: list[Any], kwargs: dict[str, Any],
+            limits: tuple[int, int, int]) -> tuple[str, str]:
+        """The reprs Celery's ``as_task_v2`` would compute for ``args`` and ``kwargs``
+        (``entry``'s, evaluated), with ``limits``: its argsrepr and kwargsrepr maximum
+        sizes and ``task_repr_maxlevels``."""
+        raw_args, raw_kwargs = entry.args, entry.kwargs
+        key = (id(raw_args), id(raw_kwargs))
+        known = self.known.get(key)
+        if (known is not None and known[0] is raw_args and known[1] is raw_kwargs
+                and known[2] == limits and _same(known[3], args)
+                and _same(known[4], kwargs.values()) and known[5] == list(kwargs)):
+            return known[6], known[7]
+        # as_task_v2 reprs ``args or ()``: no arguments read "()", not "[]"
+        argsrepr = saferepr(args or (), limits[0], maxlevels=limits[2])
+        kwargsrepr = saferepr(kwargs or {}, limits[1], maxlevels=limits[2])
+        if _same(raw_args or (), args) and _same((raw_kwargs or {}).values(), kwargs.values()):
+            if len(self.known) >= self.size:
+                self.known.clear()
+            self.known[key] = (raw_args, raw_kwargs, limits, tuple(args),
+                               tuple(kwargs.values()), list(kwargs), argsrepr, kwargsrepr)
+        return argsrepr, kwargsrepr
+
+
+def _same(these: Any, those: Any) -> bool:
+    """The same objects, one for one (no lazy argument evaluated into another)."""
+    these, those = tuple(these), tuple(those)
+    return len(these) == len(those) and all(a is b for a, b in zip(these, those, strict=True))
+
+
 class Builder:
     """Builds the messages of one batch; the settings it needs are read once per batch
     (``app.conf`` lookups cost more than the rest of a message's addressing)."""
 
-    def __init__(self, app: Celery) -> None:
+    def __init__(self, app: Celery, reprs: Reprs | None = None) -> None:
         conf = app.conf
+        self.reprs = reprs if reprs is not None else Reprs()
         self.app = app
         self.amqp = app.amqp
         self.thread_oid = app.thread_oid
@@ -116,6 +163,10 @@ class Builder:
         self.serializer = conf.task_serializer
         self.compression = conf.task_compression
         self.retry_policy = dict(conf.task_publish_retry_policy or {})
+        # protocol 1 has no reprs (it ignores them)
+        self.limits = ((self.amqp.argsrepr_maxsize, self.amqp.kwargsrepr_maxsize,
+                        conf.task_repr_maxlevels)
+                       if conf.task_protocol == 2 else None)
 
     def prepare(self, entry: Any, task_id: str) -> Outgoing:
         """Build the message Celery's ``Scheduler.apply_async`` would publish for
@@ -141,8 +192,12 @@ class Builder:
         _check(options, ROUTED, "routed option")
         if (eta or countdown) and _quorum(app):
             raise Unsupported("eta/countdown on quorum queues")
+        argsrepr = kwargsrepr = None
+        if self.limits is not None:
+            argsrepr, kwargsrepr = self.reprs.get(entry, args, kwargs, self.limits)
         message = self.amqp.create_task_message(
             task_id, name, args, kwargs, countdown=countdown, eta=eta, expires=expires,
+            argsrepr=argsrepr, kwargsrepr=kwargsrepr,
             reply_to=self.thread_oid, time_limit=time_limit, soft_time_limit=soft_time_limit,
             shadow=shadow, ignore_result=ignore_result)
         return self._address(name, message, options, _expiration(app, expires))

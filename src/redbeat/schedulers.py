@@ -598,6 +598,8 @@ class RedBeatScheduler(Scheduler):
     _closed = False
     _jobs: SimpleQueue[SendJob | None] | None = None
     _publisher: threading.Thread | None = None
+    #: argsrepr/kwargsrepr kept from tick to tick (publish.Reprs)
+    _reprs: publish.Reprs | None = None
     _stuck: SendJob | None = None  # a send the tick stopped waiting for, still running
     _broker_answered_at = -math.inf
     _broker_down = False
@@ -930,7 +932,9 @@ class RedBeatScheduler(Scheduler):
         module cannot build exactly is left to Celery's own ``apply_async``. Built on the
         tick's thread, so the tick's wait on the publishing thread is for the broker."""
         batch, size = Batch([], []), 0
-        builder = publish.Builder(self.app)
+        if self._reprs is None:
+            self._reprs = publish.Reprs()
+        builder = publish.Builder(self.app, self._reprs)
         unit = []
         for entry, task_id in slots[:PUBLISH_BATCH]:
             unit.append((entry, task_id))
