@@ -36,10 +36,10 @@ from kombu import Exchange, Queue
 from kombu.common import Broadcast, maybe_declare
 from kombu.compression import compress
 from kombu.entity import maybe_delivery_mode
-from kombu.serialization import dumps
+from kombu.serialization import dumps, registry
 from kombu.transport import pyamqp
 from kombu.transport import redis as kombu_redis
-from kombu.utils.json import dumps as json_dumps
+from kombu.utils import json as kombu_json
 from kombu.utils.uuid import uuid
 
 try:  # Celery >= 5.5: eta/countdown on quorum queues take a delayed-delivery route
@@ -250,7 +250,7 @@ class Builder:
         properties["delivery_mode"] = maybe_delivery_mode(delivery_mode)
         if expiration is not None:
             properties["expiration"] = str(int(expiration * 1000))
-        content_type, content_encoding, payload = dumps(body, serializer=serializer)
+        content_type, content_encoding, payload = serialise(body, serializer)
         if compression:
             payload, headers["compression"] = compress(payload, compression)
         return Outgoing(name=name, task_id=headers.get("id") or properties["correlation_id"],
@@ -258,6 +258,25 @@ class Builder:
                         content_encoding=content_encoding, headers=headers,
                         properties=properties, priority=priority, exchange=exchange_name,
                         routing_key=routing_key or "", queue=queue)
+
+
+#: kombu's JSON encoder, made once: ``kombu.utils.json.dumps`` (what kombu's ``json``
+#: serializer and its Redis transport call) builds a new one for every message, and
+#: ``json.dumps`` with no other options is exactly ``encoder.encode``.
+JSON = kombu_json.JSONEncoder()
+
+
+def serialise(body: Any, serializer: str) -> tuple[str, str, str | bytes]:
+    """kombu's ``dumps(body, serializer=serializer)``: for its own ``json`` serializer
+    (not one an application registered in its place), one shared encoder; anything
+    else, and any error (kombu raises its EncodeError), through kombu."""
+    codec = registry._encoders.get(serializer) if serializer == "json" else None
+    if codec is not None and codec.encoder is kombu_json.dumps:
+        try:
+            return codec.content_type, codec.content_encoding, JSON.encode(body)
+        except Exception:  # noqa: S110 - kombu's own call below raises it its way
+            pass
+    return dumps(body, serializer=serializer)
 
 
 def _check(options: dict[str, Any], known: frozenset[str], what: str) -> None:
@@ -341,7 +360,7 @@ def write_redis(channel: Any, messages: Sequence[Outgoing]) -> list[BaseExceptio
         for message, destinations in zip(messages, queues, strict=True):
             before = len(pipe)
             record = _redis_record(channel, message)
-            text = json_dumps(record)
+            text = JSON.encode(record)
             priority = channel._get_message_priority(record, reverse=False)
             for queue in destinations:
                 pipe.lpush(channel._q_for_pri(queue, priority), text)
