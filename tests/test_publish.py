@@ -197,3 +197,34 @@ def test_kept_reprs_are_celerys_and_follow_an_edit(args, kwargs):
     for n in range(2):  # evaluated again each time, never kept
         assert ours()[0] == saferepr([f"lazy{n}", *entry.args[1:]], limits[0],
                                      maxlevels=limits[2])
+
+
+def test_a_batch_leaves_each_list_as_celerys_publishes_one_by_one(scheduler, broker):
+    client = broker.client()
+    options = [{}, {}, {"queue": "mail"}, {}, {"priority": 7}, {"priority": 7}, {}]
+    entries = [RedBeatSchedulerEntry(f"e{i}", "tasks.plain", 60, args=[i], options=option,
+                                     app=scheduler.app) for i, option in enumerate(options)]
+    for entry in entries:
+        scheduler.send_slot(entry, f"{entry.name}:1")
+    celerys = written(client)
+    client.delete(*celerys)
+    builder = publish.Builder(scheduler.app)
+    messages = [builder.prepare(entry, f"{entry.name}:1") for entry in entries]
+    assert publish.write_redis(scheduler.producer.channel, messages) == [None] * len(entries)
+    ours = written(client)
+    assert sorted(ours) == sorted(celerys)
+    for key in ours:
+        assert [comparable(m) for m in ours[key]] == [comparable(m) for m in celerys[key]]
+
+
+def test_a_refused_push_refuses_every_message_it_carried(scheduler, broker):
+    entries = [RedBeatSchedulerEntry(f"e{i}", "tasks.plain", 60, options=option,
+                                     app=scheduler.app)
+               for i, option in enumerate([{"queue": "mail"}, {"queue": "mail"}, {}])]
+    builder = publish.Builder(scheduler.app)
+    messages = [builder.prepare(entry, f"{entry.name}:1") for entry in entries]
+    publish.declare(scheduler.producer.channel, messages)
+    broker.client().set("mail", "not a list")
+    refusals = publish.write_redis(scheduler.producer.channel, messages)
+    assert ["WRONGTYPE" in str(refusal) for refusal in refusals[:2]] == [True, True]
+    assert refusals[2] is None and broker.client().llen("celery") == 1
