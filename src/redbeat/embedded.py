@@ -184,9 +184,14 @@ def _attach(directory: Path, binary: str, timeout: float) -> Embedded:
         fcntl.flock(users_fd, fcntl.LOCK_SH)  # this process uses the server from now on
         started = False
         if not _answers(directory / SOCKET):
-            _start_watchdog(directory, binary)
-            started = True
-            _wait_until_answering(directory / SOCKET, timeout)
+            if not _recorded_alive(directory):
+                _start_watchdog(directory, binary)
+                started = True
+            # a live server slow to answer (a loaded machine) is waited for, never
+            # replaced: a second watchdog would take its socket from those using it
+            if not _answering_within(directory / SOCKET, timeout):
+                raise TimeoutError(f"embedded redis-server did not answer on "
+                                   f"{directory / SOCKET} within {timeout}s")
         return Embedded(directory, binary, started, users_fd)
     finally:
         fcntl.flock(start_fd, fcntl.LOCK_UN)
@@ -205,13 +210,33 @@ def _answers(path: Path, timeout: float = 0.5) -> bool:
         return False
 
 
-def _wait_until_answering(path: Path, timeout: float) -> None:
+def _answering_within(path: Path, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if _answers(path):
-            return
+            return True
         time.sleep(0.05)
-    raise TimeoutError(f"embedded redis-server did not answer on {path} within {timeout}s")
+    return False
+
+
+def _recorded_alive(directory: Path) -> bool:
+    """Whether the watchdog and server that ``server.pid`` names are both alive (the
+    file outlives them only when they were killed)."""
+    try:
+        pids = [int(pid) for pid in (directory / INFO).read_text().split()]
+    except (OSError, ValueError):
+        return False
+    return bool(pids) and all(_alive(pid) for pid in pids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False  # another user's: the number was reused, ours is gone
+    return True
 
 
 def _start_watchdog(directory: Path, binary: str) -> None:
