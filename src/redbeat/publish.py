@@ -27,9 +27,11 @@ from typing import Any
 
 from amqp import spec
 from celery import Celery, signals
+from celery.app.routes import Router
 from celery.app.task import Task
 from celery.backends.base import Backend
 from celery.beat import _evaluate_entry_args, _evaluate_entry_kwargs
+from celery.utils.collections import lpmerge
 from celery.utils.saferepr import saferepr
 from celery.utils.time import maybe_make_aware
 from kombu import Exchange, Queue
@@ -163,6 +165,8 @@ class Builder:
         self.serializer = conf.task_serializer
         self.compression = conf.task_compression
         self.retry_policy = dict(conf.task_publish_retry_policy or {})
+        self.default_queue = conf.task_default_queue
+        self.default_route: dict[str, Any] | None = None
         # protocol 1 has no reprs (it ignores them)
         self.limits = ((self.amqp.argsrepr_maxsize, self.amqp.kwargsrepr_maxsize,
                         conf.task_repr_maxlevels)
@@ -188,7 +192,7 @@ class Builder:
         soft_time_limit = options.pop("soft_time_limit", None)
         ignore_result = options.pop("ignore_result", None)
         eta, countdown = options.pop("eta", None), options.pop("countdown", None)
-        options = self.amqp.router.route(options, name, args, kwargs, task)
+        options = self._route(options, name, args, kwargs, task)
         _check(options, ROUTED, "routed option")
         if (eta or countdown) and _quorum(app):
             raise Unsupported("eta/countdown on quorum queues")
@@ -201,6 +205,21 @@ class Builder:
             reply_to=self.thread_oid, time_limit=time_limit, soft_time_limit=soft_time_limit,
             shadow=shadow, ignore_result=ignore_result)
         return self._address(name, message, options, _expiration(app, expires))
+
+    def _route(self, options: dict[str, Any], name: str, args: Any, kwargs: Any,
+               task: Task | None) -> dict[str, Any]:
+        """Celery's ``Router.route``; without ``task_routes``, the default queue's
+        destination is expanded once per batch (Celery reads the setting and looks the
+        queue up for every message)."""
+        router = self.amqp.router
+        if type(router) is not Router or router.routes:
+            return router.route(options, name, args, kwargs, task)
+        options = router.expand_destination(options)
+        if "queue" in options:
+            return options
+        if self.default_route is None:
+            self.default_route = router.expand_destination(self.default_queue)
+        return lpmerge(dict(self.default_route), options)
 
     def _address(self, name: str, message: Any, options: dict[str, Any],
                  expiration: float | None) -> Outgoing:
