@@ -326,13 +326,19 @@ class ScheduleStore:
         # ZRANGE on negative indexes, not ZREVRANGE, which the documented ACL user lacks
         members = list(reversed(self.retry.call(
             lambda: self.client.zrange(self.keys.failing, -limit, -1))))
-        if not members:
+        return self._field_pairs(members, FAILURES, META)
+
+    def _field_pairs(self, keys: list[str], first: str,
+                     second: str) -> list[tuple[str, str | None, str | None]]:
+        """Each key with two of its hash fields (None where absent or unreadable), in
+        one pipelined round trip; none at all for no keys."""
+        if not keys:
             return []
         fields = self._pipelined(
-            lambda pipe: [pipe.hmget(key, FAILURES, META) for key in members],
+            lambda pipe: [pipe.hmget(key, first, second) for key in keys],
             raise_on_error=False)
         return [(key, *_or_absent(reply, (None, None)))
-                for key, reply in zip(members, fields, strict=True)]
+                for key, reply in zip(keys, fields, strict=True)]
 
     def record_failure(self, key: str, task_id: str, reason: str, node: str,
                        at: float | None = None) -> bool:
@@ -582,13 +588,7 @@ class ScheduleStore:
         """Key, definition and meta of up to ``limit`` entries due at ``now``."""
         keys = self.retry.call(lambda: self.client.zrangebyscore(
             self.keys.schedule, 0, now, start=0, num=limit))
-        if not keys:
-            return []
-        fields = self._pipelined(
-            lambda pipe: [pipe.hmget(key, DEFINITION, META) for key in keys],
-            raise_on_error=False)
-        return [(key, *_or_absent(reply, (None, None)))
-                for key, reply in zip(keys, fields, strict=True)]
+        return self._field_pairs(keys, DEFINITION, META)
 
     def write_batch(self, build: Callable[[Any], Any]) -> None:
         """Writes queued by ``build`` on a transaction, applied all or nothing."""
