@@ -213,9 +213,6 @@ class ScheduleStore:
         config = reply[-1]
         return config if isinstance(config, dict) else {}
 
-    def forget_node(self, node_id: str) -> None:
-        self.retry.call(lambda: self.client.hdel(self.keys.nodes, node_id))
-
     def forget_nodes_older_than(self, cutoff: float) -> None:
         """Drop heartbeats (``"<role> <epoch seconds>"``) older than ``cutoff``; one that
         cannot be read is dropped too."""
