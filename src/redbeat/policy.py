@@ -19,6 +19,7 @@ import math
 from collections import deque
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from . import decoder
@@ -82,8 +83,15 @@ class EntryPolicy:
 
     @classmethod
     def from_json(cls, text: str | None) -> EntryPolicy:
+        """The policy a ``policy`` field holds. Parsed once per distinct text: the tick
+        decodes every due entry's field, and a policy is frozen, so one object serves
+        every entry and tick that stores the same text (a bad text raises every time)."""
         if not text:
             return DEFAULT
+        return _parse_policy(text) if cls is EntryPolicy else cls._parse(text)
+
+    @classmethod
+    def _parse(cls, text: str) -> EntryPolicy:
         try:
             values = decoder.loads(text)
         except ValueError as exc:
@@ -165,6 +173,11 @@ def _count(schedule: Any, first: datetime, last: datetime) -> int:
 
 
 DEFAULT = EntryPolicy()
+
+
+@lru_cache(maxsize=4096)
+def _parse_policy(text: str) -> EntryPolicy:
+    return EntryPolicy._parse(text)
 
 
 def misfire_record(previous: str | None, skipped: int,
