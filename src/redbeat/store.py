@@ -611,10 +611,8 @@ class ScheduleStore:
             pipe.hlen(keys.pending), pipe.hgetall(keys.nodes), pipe.info("server"),
             pipe.config_get("maxmemory-policy"),  # an ACL may refuse these two: not fatal
         ), raise_on_error=False)
-        for reply in (holder, ttl, total, overdue, oldest, following, parked, waiting,
-                      parked_sample, pending, nodes):
-            if isinstance(reply, Exception):
-                raise reply
+        _raise_error(holder, ttl, total, overdue, oldest, following, parked, waiting,
+                     parked_sample, pending, nodes)
         sampled = script_reply("parked_sample", parked_sample).payload
         reasons = list(zip(sampled[0::2], sampled[1::2], strict=True))
         return {"holder": holder, "ttl": ttl, "total": total, "overdue": overdue,
