@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -46,8 +47,11 @@ def _lua(name: str) -> str:
     return (resources.files("redbeat") / "lua" / f"{name}.lua").read_text()
 
 
+@cache
 def load_script(name: str) -> str:
-    """A script's text, after the prelude every script shares (lua/prelude.lua)."""
+    """A script's text, after the prelude every script shares (lua/prelude.lua); read
+    from the package once per process (every store registers them all, and ``status``
+    sends parked_sample.lua as text on each call)."""
     return _lua("prelude") + _lua(name)
 
 
