@@ -441,7 +441,6 @@ class ScheduleStore:
         return tuple(self.retry.call(
             lambda: self.client.hmget(key, DEFINITION, META, POLICY)))
 
-
     def save(self, key: str, definition: str, meta: str, score: float, changed: str,
              policy: str | None = None) -> None:
         """Definition always, meta only when absent (a re-save keeps the run history);
@@ -467,7 +466,6 @@ class ScheduleStore:
                 pipe.execute()
         self.retry.call(write)
 
-
     def delete(self, key: str) -> None:
         def write() -> None:
             with self.client.pipeline(transaction=True) as pipe:
@@ -485,8 +483,6 @@ class ScheduleStore:
 
     def rank(self, key: str) -> int | None:
         return self.retry.call(lambda: self.client.zrank(self.keys.schedule, key))
-
-
 
     # -- the operator API (redbeat.manage, the CLI) ---------------------------------------
     # Each pipeline is built inside the function the retry policy calls: redis-py's
