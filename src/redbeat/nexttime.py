@@ -76,6 +76,12 @@ def celery_next(schedule: Any, after: datetime) -> datetime | None:
     return now.replace(microsecond=now.microsecond // 1000 * 1000) + remaining
 
 
+def celery_first(schedule: Any, now: datetime) -> datetime | None:
+    """Celery's first run at or after ``now`` (asked from just before it: Celery's
+    answer is the next run after the moment it is given)."""
+    return celery_next(schedule, now - timedelta(microseconds=1))
+
+
 def overrides_estimate(schedule: Any, base: Any) -> bool:
     """Whether ``schedule`` is a subclass that redefines ``remaining_estimate`` (a
     schedule written for Celery's beat): it is asked through that, not through this
@@ -144,7 +150,7 @@ def _on_grid(moment: datetime, step: float) -> bool:
 @first_due.register
 def _interval_first(schedule: celery_schedules.schedule, now: datetime) -> datetime | None:
     if overrides_estimate(schedule, celery_schedules.schedule):
-        return celery_next(schedule, now - timedelta(microseconds=1))
+        return celery_first(schedule, now)
     return utc(now)
 
 
@@ -715,7 +721,7 @@ def _crontab_next(schedule: celery_schedules.crontab, after: datetime) -> dateti
 @first_due.register
 def _crontab_first(schedule: celery_schedules.crontab, now: datetime) -> datetime | None:
     if overrides_estimate(schedule, celery_schedules.crontab):
-        return celery_next(schedule, now - timedelta(microseconds=1))
+        return celery_first(schedule, now)
     return cron_next(schedule, now, schedule.tz, inclusive=True)
 
 
@@ -755,4 +761,4 @@ def _solar_next(schedule: celery_schedules.solar, after: datetime) -> datetime |
 
 @first_due.register
 def _solar_first(schedule: celery_schedules.solar, now: datetime) -> datetime | None:
-    return celery_next(schedule, now - timedelta(microseconds=1))  # an event at now counts
+    return celery_first(schedule, now)  # an event at now counts
