@@ -10,6 +10,7 @@ would otherwise report as a missing entry).
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime, timezone
 from typing import Any
@@ -54,6 +55,18 @@ def parse_every(text: str) -> float:
     if seconds <= 0:
         raise ValueError("--every must be positive")
     return seconds
+
+
+def parse_json(text: str, what: str, kind: type) -> Any:
+    """A JSON value of one type (``args`` a list, ``kwargs`` a dict), as ``add``/``edit``
+    and the web form take them; a mistake is a ValueError naming ``what``."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(value, kind):
+        raise ValueError(f"{what} must be a JSON {kind.__name__}")
+    return value
 
 
 def parse_zone(text: str | None, option: str = "--tz") -> str | None:

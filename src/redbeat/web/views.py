@@ -31,6 +31,7 @@ from ..schedule_text import (
     describe,
     parse_cron,
     parse_every,
+    parse_json,
     parse_rrule,
     parse_time,
     parse_zone,
@@ -272,17 +273,6 @@ def entry_action() -> Response:
     return redirect("/entry?" + urlencode({"name": name}))
 
 
-def _json_field(name: str, kind: type) -> Any:
-    text = request.form.get(name, "")
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise ValueError(f"{name}: not JSON ({exc})") from None
-    if not isinstance(value, kind):
-        raise ValueError(f"{name}: must be a JSON {'list' if kind is list else 'object'}")
-    return value
-
-
 def _schedule_field() -> Any:
     kind, text = request.form.get("kind", ""), request.form.get("schedule", "").strip()
     zone = parse_zone(request.form.get("zone", "").strip() or None, "zone")
@@ -317,8 +307,9 @@ def entry_edit() -> Response:
         if not task:
             raise ValueError("task: the task name is empty")
         manage.edit_entry(app, name, changed_by="web", task=task,
-                          args=_json_field("args", list),
-                          kwargs=_json_field("kwargs", dict), schedule=_schedule_field())
+                          args=parse_json(request.form.get("args", ""), "args", list),
+                          kwargs=parse_json(request.form.get("kwargs", ""), "kwargs", dict),
+                          schedule=_schedule_field())
     except (ValueError, InvalidEntry) as exc:
         flash(f"not saved: {exc}")
         return back
