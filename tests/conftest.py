@@ -18,7 +18,7 @@ from celery import Celery
 sys.path.insert(0, str(Path(__file__).parent))
 
 from support import senders  # noqa: E402
-from support.redis_server import RedisServer, redis_required, redis_server_binary  # noqa: E402
+from support.redis_server import RedisServer, require_redis_server  # noqa: E402
 
 senders.install()
 
@@ -45,10 +45,7 @@ def make_app(url: str, **conf: object) -> Celery:
 
 @pytest.fixture(scope="session")
 def redis_server_session() -> Iterator[RedisServer]:
-    if redis_server_binary() is None:
-        if redis_required():
-            pytest.fail("redis-server is not on PATH and REDBEAT_REQUIRE_REDIS is set")
-        pytest.skip("redis-server is not on PATH: real-Redis tests skipped")
+    require_redis_server()
     server = RedisServer().start()
     yield server
     server.cleanup()

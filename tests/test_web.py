@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from conftest import make_app
-from support.redis_server import RedisServer, redis_required, redis_server_binary
+from support.redis_server import RedisServer, require_redis_server
 from support.web import (
     ARTIFACTS,
     WebServer,
@@ -47,10 +47,7 @@ def dataset(now: float) -> list[tuple[str, str, float, dict[str, Any]]]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebServer]:
     browser_available()
-    if redis_server_binary() is None:
-        if redis_required():
-            pytest.fail("redis-server is not on PATH")
-        pytest.skip("redis-server is not on PATH")
+    require_redis_server()
     redis = RedisServer().start()
     try:
         started = time.perf_counter()

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import make_app
 from redbeat import RedBeatSchedulerEntry, browse, manage
 from support.processes import Cluster
-from support.redis_server import RedisServer, free_port, redis_required, redis_server_binary
+from support.redis_server import RedisServer, free_port, require_redis_server
 from support.waiting import wait_until
 from support.web import WebServer, browser_available, chromium, screenshot, write_entries
 
@@ -44,10 +44,7 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     browser_available()
-    if redis_server_binary() is None:
-        if redis_required():
-            pytest.fail("redis-server is not on PATH")
-        pytest.skip("redis-server is not on PATH")
+    require_redis_server()
     directory = tmp_path_factory.mktemp("web-beat")
     redis = RedisServer().start()
     port = free_port()

@@ -29,6 +29,27 @@ def redis_required() -> bool:
     return os.environ.get(REQUIRE_ENV, "") not in ("", "0", "false")
 
 
+def require_redis_server() -> None:
+    """Skip the calling test without redis-server, or fail it in CI (redis_required)."""
+    import pytest
+
+    if redis_server_binary() is None:
+        if redis_required():
+            pytest.fail("redis-server is not on PATH and REDBEAT_REQUIRE_REDIS is set")
+        pytest.skip("redis-server is not on PATH: real-Redis tests skipped")
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM a child this kit started, then SIGKILL it if it has not gone in time."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -103,13 +124,8 @@ class RedisServer:
 
     def stop(self) -> None:
         """Terminate (SIGTERM) and wait, so an append-only file is complete for a restart."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        if self.process is not None:
+            stop_process(self.process)
         self.process = None
 
     def restart(self, downtime: float = 0.0) -> None:

@@ -27,7 +27,7 @@ from redbeat import RedBeatSchedulerEntry
 from redbeat.entry import meta_json, store_for
 from redbeat.settings import ensure_conf
 
-from .redis_server import free_port, redis_required
+from .redis_server import free_port, redis_required, stop_process
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
@@ -83,13 +83,7 @@ class WebServer:
         raise AssertionError(f"redbeat web did not answer:\n{self.log()}")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        stop_process(self.process)
 
 
 def fetch(url: str, data: dict[str, str] | None = None,
