@@ -50,6 +50,7 @@ from .schedule_text import (
     describe,
     parse_cron,
     parse_every,
+    parse_json,
     parse_rrule,
     parse_time,
     parse_zone,
@@ -278,21 +279,6 @@ def _info_json(info: manage.EntryInfo) -> dict[str, Any]:
                          "reason": last_failure.reason} if last_failure else None,
         "quarantine": info.quarantine or info.error,
     }
-
-
-# -- parsing ---------------------------------------------------------------------------
-
-
-def _json_option(text: str | None, what: str, kind: type) -> Any:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise ValueError(f"{what} is not valid JSON: {exc}") from exc
-    if not isinstance(value, kind):
-        raise ValueError(f"{what} must be a JSON {kind.__name__}")
-    return value
 
 
 # -- commands --------------------------------------------------------------------------
@@ -620,7 +606,7 @@ def _options_from(values: dict[str, Any], base: dict[str, Any] | None) -> dict[s
     """apply_async options: ``--options`` replaces them, ``--queue`` sets one."""
     options = dict(base or {})
     if values["options_json"] is not None:
-        options = _json_option(values["options_json"], "--options", dict)
+        options = parse_json(values["options_json"], "--options", dict)
     if values["queue"]:
         options["queue"] = values["queue"]
     return options or None
@@ -676,8 +662,8 @@ def add(ctx: click.Context, name: str, task: str, disabled: bool, force: bool,
     policy = _policy_from(values, EntryPolicy())
     _check_task(ctx, task, "TASK", force)
     entry = RedBeatSchedulerEntry(
-        name, task, chosen, args=_json_option(values["args_json"], "--args", list),
-        kwargs=_json_option(values["kwargs_json"], "--kwargs", dict),
+        name, task, chosen, args=parse_json(values["args_json"], "--args", list),
+        kwargs=parse_json(values["kwargs_json"], "--kwargs", dict),
         options=_options_from(values, None), enabled=not disabled, app=_app(ctx),
         policy=policy,
     )
@@ -716,20 +702,21 @@ def edit(ctx: click.Context, name: str, task: str | None, force: bool, **values:
     old = info.entry
     if values["zone"] is None:
         values["zone"] = zone_of(old.schedule)  # a new --cron keeps the entry's zone
+    changes: dict[str, Any] = {}
     if task is not None:
         _check_task(ctx, task, "--task", force)
-    entry = RedBeatSchedulerEntry(
-        name, task if task is not None else old.task, _schedule_from(values) or old.schedule,
-        args=_json_option(values["args_json"], "--args", list) if values["args_json"]
-        is not None else old.args,
-        kwargs=_json_option(values["kwargs_json"], "--kwargs", dict) if values["kwargs_json"]
-        is not None else old.kwargs,
-        options=_options_from(values, old.options), enabled=old.enabled,
-        last_run_at=old.last_run_at, total_run_count=old.total_run_count, app=app,
-        policy=_policy_from(values, old.policy),
-    )
+        changes["task"] = task
+    schedule = _schedule_from(values)
+    if schedule is not None:
+        changes["schedule"] = schedule
+    if values["args_json"] is not None:
+        changes["args"] = parse_json(values["args_json"], "--args", list)
+    if values["kwargs_json"] is not None:
+        changes["kwargs"] = parse_json(values["kwargs_json"], "--kwargs", dict)
+    changes["options"] = _options_from(values, old.options)
+    changes["policy"] = _policy_from(values, old.policy)
     _guard_statics(ctx, [name], force)
-    entry.save(changed_by="cli")
+    entry = manage.edit_entry(app, name, changed_by="cli", **changes)
     click.echo(f"edited {_shown(name)}: {describe(entry.schedule)}, "
                f"next run {_upcoming(ctx, entry)}")
 

@@ -42,6 +42,21 @@ RRULE_TIME = "%Y%m%dT%H%M%S"
 # -- reading ---------------------------------------------------------------------------
 
 
+def parse_json(text: str | None, what: str, kind: type) -> Any:
+    """The JSON value of an entry field given as text (``--args``, ``--options``...),
+    which must be a ``kind`` (list or dict); None when the field is not given. A
+    mistake is a ValueError naming ``what``, so the caller reports it as bad input."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc}") from exc
+    if not isinstance(value, kind):
+        raise ValueError(f"{what} must be a JSON {kind.__name__}")
+    return value
+
+
 def parse_every(text: str) -> float:
     """A duration: ``30`` (seconds), ``30s``, ``5m``, ``1h``, ``1d``, ``1w`` or parts of
     them together (``1m30s``, ``1h 30m``)."""
