@@ -21,7 +21,7 @@ from werkzeug.wrappers import Response
 from .. import browse, manage
 from ..connection import redact
 from ..entry import InvalidEntry
-from ..failures import read_failures
+from ..failures import Failures, read_failures
 from ..keys import MISFIRES
 from ..lock import Holder, expiry_words
 from ..nextrun import score_time
@@ -183,8 +183,7 @@ def _raw_json(text: str | None) -> str:
         return text
 
 
-def _history(info: manage.EntryInfo) -> list[dict[str, str]]:
-    failures = read_failures(info.fields)
+def _history(info: manage.EntryInfo, failures: Failures | None) -> list[dict[str, str]]:
     failed = failures.task_ids() if failures else {}
     rows = []
     for record in info.history:
@@ -238,7 +237,7 @@ def entry_page() -> str:
     failures = read_failures(info.fields)
     return render_template(
         "entry.html", info=info, state=info.shown_state, definition=_definition(info),
-        history=_history(info), next_run=when(info.next_run),
+        history=_history(info, failures), next_run=when(info.next_run),
         failures=[{"task_id": failure.task_id, "at": when(failure.at),
                    "reason": failure.reason} for failure in failures.recent]
         if failures else [], failed=failures.count if failures else 0,
