@@ -72,18 +72,6 @@ def parse_every(text: str) -> float:
     return seconds
 
 
-def parse_json(text: str, what: str, kind: type) -> Any:
-    """A JSON value of one type (``args`` a list, ``kwargs`` a dict), as ``add``/``edit``
-    and the web form take them; a mistake is a ValueError naming ``what``."""
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise ValueError(f"{what} is not valid JSON: {exc}") from None
-    if not isinstance(value, kind):
-        raise ValueError(f"{what} must be a JSON {kind.__name__}")
-    return value
-
-
 def parse_zone(text: str | None, option: str = "--tz") -> str | None:
     """An IANA zone name, checked here: ZoneInfo's "not found" is a KeyError, which
     must reach the user as invalid input naming the option, not as a missing entry."""
