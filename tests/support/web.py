@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -89,8 +90,7 @@ class WebServer:
 def fetch(url: str, data: dict[str, str] | None = None,
           headers: dict[str, str] | None = None) -> tuple[int, str]:
     """One HTTP request (a POST when ``data`` is given): status and body."""
-    body = None if data is None else "&".join(
-        f"{key}={urllib.request.quote(value)}" for key, value in data.items()).encode()
+    body = None if data is None else urllib.parse.urlencode(data).encode()
     request = urllib.request.Request(url, data=body, headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
