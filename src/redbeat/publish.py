@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from amqp import spec
@@ -194,7 +195,7 @@ class Builder:
         eta, countdown = options.pop("eta", None), options.pop("countdown", None)
         options = self._route(options, name, args, kwargs, task)
         _check(options, ROUTED, "routed option")
-        if (eta or countdown) and _quorum(app):
+        if (eta or countdown) and self.quorum:
             raise Unsupported("eta/countdown on quorum queues")
         argsrepr = kwargsrepr = None
         if self.limits is not None:
@@ -205,6 +206,16 @@ class Builder:
             reply_to=self.thread_oid, time_limit=time_limit, soft_time_limit=soft_time_limit,
             shadow=shadow, ignore_result=ignore_result)
         return self._address(name, message, options, _expiration(app, expires))
+
+    @cached_property
+    def quorum(self) -> bool:
+        """Whether the app has a quorum queue on RabbitMQ (where Celery sends eta and
+        countdown another way): asked once per batch, not once per message, as a new
+        broker connection object is made to ask."""
+        if detect_quorum_queues is None:
+            return False
+        driver_type = self.app.connection_for_write().transport.driver_type
+        return bool(detect_quorum_queues(self.app, driver_type)[0])
 
     def _route(self, options: dict[str, Any], name: str, args: Any, kwargs: Any,
                task: Task | None) -> dict[str, Any]:
@@ -327,13 +338,6 @@ def _task_options(task: Task, args: Any, kwargs: Any,
     merged.setdefault("ignore_result", task.ignore_result)
     _check(merged, OPTIONS, "task option")
     return merged, task.shadow_name(args, kwargs, merged)
-
-
-def _quorum(app: Celery) -> bool:
-    if detect_quorum_queues is None:
-        return False
-    driver_type = app.connection_for_write().transport.driver_type
-    return bool(detect_quorum_queues(app, driver_type)[0])
 
 
 def _expiration(app: Celery, expires: Any) -> float | None:
