@@ -965,19 +965,16 @@ class RedBeatScheduler(Scheduler):
                     raise
                 self._broker_failed(f"{len(ready)} slots", exc)
                 return []
+            accepted = []
             for (entry, message), refusal in zip(ready, refusals, strict=True):
-                if refusal is not None:
+                if refusal is None:
+                    accepted.append(message)
+                else:
                     self._refused(entry, message.task_id, refusal)
                 done.append(message.task_id)
-            accepted = [message for (_, message), refusal in zip(ready, refusals, strict=True)
-                        if refusal is None]
             self.metrics.dispatched("sent", len(accepted))
             publish.published(accepted)
-        for entry, task_id in batch.alone:
-            if self._send(entry, task_id) is BROKER_DOWN:
-                break
-            done.append(task_id)
-        return done
+        return done + self._send_slots(batch.alone)
 
     def _write(self, messages: list[publish.Outgoing]) -> list[BaseException | None]:
         connection = self.producer.connection
