@@ -598,8 +598,6 @@ class RedBeatScheduler(Scheduler):
     _closed = False
     _jobs: SimpleQueue[SendJob | None] | None = None
     _publisher: threading.Thread | None = None
-    #: argsrepr/kwargsrepr kept from tick to tick (publish.Reprs)
-    _reprs: publish.Reprs | None = None
     _stuck: SendJob | None = None  # a send the tick stopped waiting for, still running
     _broker_answered_at = -math.inf
     _broker_down = False
@@ -819,6 +817,11 @@ class RedBeatScheduler(Scheduler):
         return [slot for slot in slots if slot[1] not in late] if late else slots
 
     @cached_property
+    def _reprs(self) -> publish.Reprs:
+        """argsrepr/kwargsrepr kept from tick to tick (a third of a message's build)."""
+        return publish.Reprs()
+
+    @cached_property
     def _sent_late(self) -> set[str]:
         """Ids whose send ended (and was confirmed) after its tick gave up on it: a tick
         that read them as pending before that confirmation must not send them again."""
@@ -932,12 +935,8 @@ class RedBeatScheduler(Scheduler):
         module cannot build exactly is left to Celery's own ``apply_async``. Built on the
         tick's thread, so the tick's wait on the publishing thread is for the broker."""
         batch, size = Batch([], []), 0
-        if self._reprs is None:
-            self._reprs = publish.Reprs()
         builder = publish.Builder(self.app, self._reprs)
-        unit = []
         for entry, task_id in slots[:PUBLISH_BATCH]:
-            unit.append((entry, task_id))
             try:
                 message = builder.prepare(entry, task_id)
             except Exception:  # Celery's own path decides, and logs a refusal its way
@@ -947,7 +946,7 @@ class RedBeatScheduler(Scheduler):
             size += len(message.payload)
             if size >= PUBLISH_BYTES:
                 break
-        return unit, batch
+        return slots[:len(batch.ready) + len(batch.alone)], batch
 
     def _send_batch(self, batch: Batch) -> list[str]:
         """Write the built messages in one go, then send the others through Celery's
