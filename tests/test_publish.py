@@ -228,3 +228,17 @@ def test_a_refused_push_refuses_every_message_it_carried(scheduler, broker):
     refusals = publish.write_redis(scheduler.producer.channel, messages)
     assert ["WRONGTYPE" in str(refusal) for refusal in refusals[:2]] == [True, True]
     assert refusals[2] is None and broker.client().llen("celery") == 1
+
+
+def test_a_slot_the_batch_cannot_build_is_sent_by_celery_alongside_the_batch(scheduler,
+                                                                             broker):
+    entries = [RedBeatSchedulerEntry("a", "tasks.plain", 60, app=scheduler.app),
+               RedBeatSchedulerEntry("b", "tasks.plain", 60,
+                                     options={"retry_policy": {"max_retries": 1}},
+                                     app=scheduler.app)]
+    slots, batch = scheduler._build([(entry, f"{entry.name}:1") for entry in entries])
+    assert [entry.name for entry, _ in batch.ready] == ["a"]
+    assert [entry.name for entry, _ in batch.alone] == ["b"]
+    assert scheduler._send_slots(slots, batch) == ["a:1", "b:1"]
+    ids = [json.loads(raw)["headers"]["id"] for raw in broker.client().lrange("celery", 0, -1)]
+    assert sorted(ids) == ["a:1", "b:1"]
