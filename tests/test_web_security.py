@@ -255,3 +255,20 @@ def test_paging_parameters_out_of_any_range_are_ignored(redis_server: Any, band:
                                              headers={"Host": "127.0.0.1"})
     assert page.status_code == 200
     assert "listed" in page.get_data(as_text=True)
+
+
+def test_a_missing_entry_and_an_unknown_action_are_pages_saying_why(redis_server: Any) -> None:
+    from redbeat.web import create_app
+
+    client = create_app(make_app(redis_server.url)).test_client()
+    missing = client.get("/entry?name=ghost")
+    assert missing.status_code == 404
+    assert "no entry named &#39;ghost&#39;" in missing.get_data(as_text=True)
+    assert "Cannot do that" in missing.get_data(as_text=True)  # the view's error page
+    with client.session_transaction() as session:
+        session["csrf"] = "token"  # what a page with a form would have put there
+    refused = client.post("/entry/action",
+                          data={"name": "ghost", "action": "explode", "csrf": "token"})
+    assert refused.status_code == 400
+    assert "unknown action" in refused.get_data(as_text=True)
+    assert "Cannot do that" in refused.get_data(as_text=True)

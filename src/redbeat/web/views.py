@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 import redis.exceptions
 from celery import Celery
 from flask import Blueprint, abort, current_app, flash, redirect, render_template, request
+from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
 from .. import browse, manage
@@ -77,9 +78,13 @@ def redis_failed(exc: Exception) -> tuple[str, int]:
                            message=f"Redis: {misplaced or redact(str(exc))}"), 503
 
 
-@blueprint.app_errorhandler(403)
-def forbidden(exc: Any) -> tuple[str, int]:
-    return render_template("error.html", message=str(getattr(exc, "description", exc))), 403
+def http_error(exc: HTTPException) -> tuple[str, int]:
+    """A refused request (400, 403, 404) as a page saying why."""
+    return render_template("error.html", message=str(exc.description)), exc.code or 500
+
+
+for _code in (400, 403, 404):
+    blueprint.app_errorhandler(_code)(http_error)
 
 
 @blueprint.route("/")
@@ -314,16 +319,6 @@ def entry_edit() -> Response:
         return back
     flash(f"saved {name}")
     return back
-
-
-@blueprint.app_errorhandler(404)
-def not_found(exc: Any) -> tuple[str, int]:
-    return render_template("error.html", message=str(getattr(exc, "description", exc))), 404
-
-
-@blueprint.app_errorhandler(400)
-def bad_request(exc: Any) -> tuple[str, int]:
-    return render_template("error.html", message=str(getattr(exc, "description", exc))), 400
 
 
 # -- timeline and nodes ----------------------------------------------------------------
