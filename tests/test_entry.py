@@ -25,10 +25,10 @@ def test_save_writes_the_242_layout(fake_app):
         "schedule": {"__type__": "interval", "every": 30.0, "relative": False}, "enabled": True,
     }
     # a new entry counts as having run when it was created (as in Celery and 2.4.2):
-    # a datetime 2.4.2 reads, and the first run one interval later
+    # a datetime 2.4.2 reads, and the first run one interval later (from its whole second)
     meta = RedBeatSchedulerEntry.decode_meta(stored["meta"])
     assert set(meta) == {"last_run_at"} and meta["last_run_at"] == entry.last_run_at
-    assert entry.next_due() == entry.last_run_at + timedelta(seconds=30)
+    assert entry.next_due() == entry.last_run_at.replace(microsecond=0) + timedelta(seconds=30)
     assert json.loads(stored["changed"])["by"] == "python-api"
     assert client.zscore("redbeat::schedule", "redbeat:job") == pytest.approx(entry.score)
     assert entry.key == "redbeat:job" and entry.rank == 0
@@ -66,9 +66,10 @@ def test_reschedule_and_next(fake_app):
 
 
 def test_due_at_for_crontab_and_is_due(fake_app):
+    future = datetime(2100, 11, 23, 12, 0, tzinfo=timezone.utc)  # due_at is never before now
     entry = RedBeatSchedulerEntry("c", "t", crontab(minute=0, hour=3), app=fake_app,
-                                  last_run_at=NOW)
-    assert entry.due_at == datetime(2026, 11, 24, 3, tzinfo=timezone.utc)
+                                  last_run_at=future)
+    assert entry.due_at == datetime(2100, 11, 24, 3, tzinfo=timezone.utc)
     overdue = RedBeatSchedulerEntry("i", "t", 10.0, app=fake_app,
                                     last_run_at=datetime(2000, 1, 1, tzinfo=timezone.utc))
     assert overdue.is_due()[0] is True

@@ -25,18 +25,16 @@ from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.entry import to_score
 from redbeat.lock import Lease
 from redbeat.schedulers import get_redis
+from support.recording import after_interval
 
 HOUR = 3600.0
 SCHEDULE_KEY = "redbeat::schedule"
 
 
-def cut_ms(moment: datetime) -> datetime:
-    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
-
-
 def overdue() -> datetime:
-    """A last run that makes an hourly entry due now on the real clock."""
-    return cut_ms(datetime.now(timezone.utc) - timedelta(hours=1, seconds=1))
+    """A last run that makes an hourly entry due now on the real clock (a whole second:
+    the runs of an hourly entry fall on whole seconds)."""
+    return (datetime.now(timezone.utc) - timedelta(hours=1, seconds=1)).replace(microsecond=0)
 
 
 def slot_id(name: str, last_run_at: datetime, every: float = HOUR) -> str:
@@ -146,7 +144,8 @@ def test_maybe_due_override_gets_each_due_entry_and_sends_through_reserve(app, p
     assert is_uuid(published[0][1])  # Celery's own id on this path
     stored = stored_entry(app, "redbeat:due")
     assert stored.total_run_count == 1 and before <= stored.last_run_at <= after
-    assert score(app, "redbeat:due") == to_score(stored.last_run_at + timedelta(hours=1))
+    assert score(app, "redbeat:due") == \
+        to_score(after_interval(stored.last_run_at, timedelta(hours=1)))
     scheduler.tick()
     assert len(calls) == 1 and len(published) == 1  # rescheduled: not read again
 
@@ -409,7 +408,8 @@ class Delayed(RedBeatSchedulerEntry):
 def test_entry_due_at_sets_the_score(app, published):
     created = Delayed("d", "tasks.x", 10.0, app=app)
     created.save()
-    assert score(app, created.key) == to_score(created.last_run_at + timedelta(seconds=130))
+    assert score(app, created.key) == \
+        to_score(after_interval(created.last_run_at, timedelta(seconds=130)))
 
     before = datetime.now(timezone.utc)
     Delayed("late", "tasks.x", HOUR, app=app, last_run_at=overdue()).save()
@@ -431,7 +431,8 @@ def test_entry_due_at_is_used_after_a_run(app, published):
     lead(Scheduler(app)).tick()
     assert len(published) == 1
     stored = stored_entry(app, "redbeat:e")
-    assert score(app, "redbeat:e") == to_score(stored.last_run_at + timedelta(hours=1, minutes=2))
+    assert score(app, "redbeat:e") == \
+        to_score(after_interval(stored.last_run_at, timedelta(hours=1, minutes=2)))
 
 
 def test_entry_reschedule_override(app, published):
@@ -453,7 +454,7 @@ def test_entry_reschedule_override(app, published):
     assert calls == [None]
     stored = stored_entry(app, entry.key)
     assert stored.last_run_at >= before + timedelta(hours=1)
-    assert score(app, entry.key) == to_score(stored.last_run_at + timedelta(hours=1))
+    assert score(app, entry.key) == to_score(after_interval(stored.last_run_at, timedelta(hours=1)))
     assert stored_meta(app, entry.key)["last_run_at"]["__type__"] == "datetime"
     scheduler = lead(Scheduler(app))
     assert scheduler.per_entry is True

@@ -22,7 +22,7 @@ from redbeat import RedBeatSchedulerEntry
 from redbeat.entry import to_score
 from redbeat.schedulers import get_redis
 from redbeat.schedules import rrule
-from support.recording import Clock, Recording
+from support.recording import Clock, Recording, after_interval
 
 SCHEDULE_KEY = "redbeat::schedule"
 #: A sync time clear of every boundary the schedules below have (12:00:07.5 UTC).
@@ -37,7 +37,7 @@ def floor_to(moment: datetime, minutes: int) -> datetime:
 
 # name -> (schedule, the first run of an entry created at ``t``: strictly after it)
 SCHEDULES = {
-    "interval": (10.0, lambda t: t + timedelta(seconds=10)),
+    "interval": (10.0, lambda t: after_interval(t, timedelta(seconds=10))),
     "crontab": (crontab(minute="*/5"), lambda t: floor_to(t, 5) + timedelta(minutes=5)),
     "rrule": (rrule("MINUTELY", dtstart=DAY_START),
               lambda t: floor_to(t, 1) + timedelta(minutes=1)),
@@ -120,7 +120,7 @@ def test_an_interval_saved_from_python_is_not_sent_by_the_next_tick(app):
     scheduler = leader_at(app, clock)
     scheduler.tick()
     assert scheduler.sent == []
-    assert score(app, entry.key) == to_score(entry.last_run_at + timedelta(hours=1))
+    assert score(app, entry.key) == to_score(after_interval(entry.last_run_at, timedelta(hours=1)))
 
 
 def test_an_explicit_last_run_at_is_kept(app):
@@ -128,7 +128,7 @@ def test_an_explicit_last_run_at_is_kept(app):
     entry = RedBeatSchedulerEntry("given", "tasks.x", 10.0, app=app, last_run_at=last)
     entry.save()
     assert RedBeatSchedulerEntry.from_key(entry.key, app=app).last_run_at == last
-    assert score(app, entry.key) == to_score(last + timedelta(seconds=10))
+    assert score(app, entry.key) == to_score(after_interval(last, timedelta(seconds=10)))
 
 
 @pytest.mark.parametrize("how", ["saved", "static"])
@@ -190,10 +190,10 @@ def test_a_static_synced_with_locking_disabled_also_waits(redis_server):
                    beat_schedule={"s": {"task": "tasks.s", "schedule": 30.0}})
     clock = Clock(SYNC.timestamp())
     scheduler = Recording(app, clock=clock)  # no lock: statics are written at start
-    assert score(app, "redbeat:s") == to_score(SYNC + timedelta(seconds=30))
+    due = after_interval(SYNC, timedelta(seconds=30))
+    assert score(app, "redbeat:s") == to_score(due)
     assert sent_at(scheduler, clock, SYNC) == []
-    assert sent_at(scheduler, clock, SYNC + timedelta(seconds=30)) == \
-        [("s", f"s:{ms(SYNC + timedelta(seconds=30))}")]
+    assert sent_at(scheduler, clock, due) == [("s", f"s:{ms(due)}")]
 
 
 # -- entries written by hand -------------------------------------------------------------------
@@ -276,7 +276,7 @@ def test_a_hand_written_entry_with_score_0_and_a_last_run_follows_the_last_run(a
     clock = Clock(SYNC.timestamp())
     scheduler = leader_at(app, clock)
     assert sent_at(scheduler, clock, SYNC) == []
-    assert score(app, key) == to_score(last + timedelta(seconds=30))
+    assert score(app, key) == to_score(after_interval(last, timedelta(seconds=30)))
 
 
 def test_a_hand_written_entry_on_the_per_entry_path_is_due_at_once(app):

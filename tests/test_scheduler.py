@@ -39,7 +39,7 @@ def test_due_interval_is_sent_with_its_slot_id_and_rescheduled(app):
 
 def test_not_due_is_not_sent_and_sleep_is_until_due(app):
     clock = Clock()
-    RedBeatSchedulerEntry("later", "tasks.x", 10.0, app=app, last_run_at=at(-9.5)).save()
+    RedBeatSchedulerEntry("later", "tasks.x", 9.5, app=app, last_run_at=at(-9)).save()
     scheduler = leader(app, clock)
     assert scheduler.tick() == pytest.approx(0.5)
     assert scheduler.sent == []
@@ -444,9 +444,9 @@ def test_an_evicting_redis_is_warned_about_or_refused(caplog):
 
 
 def test_sleep_honours_a_score_corrected_in_this_tick(app):
-    """celery-redbeat saves due times cut to the second; the corrected time, not the
-    poll interval, decides how long the leader sleeps."""
-    RedBeatSchedulerEntry("cut", "tasks.x", 3600.0, app=app, last_run_at=at(-3600 + 0.4)).save()
+    """celery-redbeat saves due times cut to the second (a fractional interval's too);
+    the corrected time, not the poll interval, decides how long the leader sleeps."""
+    RedBeatSchedulerEntry("cut", "tasks.x", 3599.5, app=app, last_run_at=at(-3599.1)).save()
     get_redis(app).zadd(app.redbeat_conf.schedule_key, {"redbeat:cut": int(T0)})
     scheduler = leader(app, Clock())
     assert scheduler.tick() == pytest.approx(0.4, abs=0.01)

@@ -32,6 +32,7 @@ DELIBERATE = {
     "no-drift": f"{DOC}: an interval's next run follows from the slot, not the tick",
     "coalesced-catch-up": f"{DOC}: missed slots run once, as the latest slot (or bounded)",
     "window-anchor": f"{DOC}: an interval whose window opens runs at start_time",
+    "whole-seconds": f"{DOC}: a whole-second interval's runs fall on whole seconds",
     "relative-fold": f"{DOC}: relative=True adds a duration, rounds on the zone's clock",
 }
 
@@ -104,10 +105,14 @@ def aware(naive_utc: datetime) -> datetime:
 
 
 def interval_runs(created: datetime, every: timedelta, end: datetime) -> list[datetime]:
-    """A fixed grid from the creation: ``created + k * every`` (DELIBERATE no-drift)."""
+    """A fixed grid from the creation: ``created + k * every`` (DELIBERATE no-drift),
+    counted from the creation's whole second when ``every`` is whole seconds
+    (DELIBERATE whole-seconds)."""
+    whole = every >= timedelta(seconds=1) and every % timedelta(seconds=1) == timedelta(0)
+    origin = created.replace(microsecond=0) if whole else created
     runs, k = [], 1
-    while created + k * every <= end:
-        runs.append(created + k * every)
+    while origin + k * every <= end:
+        runs.append(origin + k * every)
         k += 1
     return runs
 

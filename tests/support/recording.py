@@ -9,7 +9,7 @@ with its slot task id); ``sent`` is the (name, task id) pairs most tests compare
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
@@ -17,6 +17,12 @@ from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 #: A fixed moment for tests driving the scheduler's clock (never compared with the real
 #: one: entries get a last_run_at relative to it).
 T0 = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc).timestamp()
+
+
+def after_interval(last: datetime, every: timedelta) -> datetime:
+    """The run after ``last`` of an interval of whole seconds: counted from ``last``'s
+    whole second (docs/semantics.md)."""
+    return last.replace(microsecond=0) + every
 
 
 def at(seconds: float) -> datetime:
