@@ -12,6 +12,7 @@ import redis
 from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.cli import main
+from redbeat.connection import StartupNode, get_redis
 from redbeat.entry import store_for
 from redbeat.manage import get_entry
 from support.deployments import (
@@ -23,7 +24,7 @@ from support.deployments import (
     require_valkey,
 )
 from support.recording import Recording
-from support.redis_server import redis_required, redis_server_binary
+from support.redis_server import free_port, redis_required, redis_server_binary
 
 pytestmark = pytest.mark.redis_server
 
@@ -155,5 +156,32 @@ def test_cluster_with_a_tagged_prefix_and_a_failover():
         untagged = make_app(deployment.url)
         with pytest.raises(ValueError, match="hash tag"):
             RedBeatScheduler(untagged)
+    finally:
+        deployment.stop()
+
+
+def test_cluster_from_startup_nodes_written_as_dicts():
+    """``startup_nodes`` as 2.4.2's users write them (dicts, ports as text), the first
+    one down: the client connects through the others and the scheduler runs. With
+    ``dynamic_startup_nodes`` off redis-py keeps our nodes for every reinitialization,
+    so they must stay ClusterNodes to it while still reading as the dicts configured."""
+    deployment = ClusterDeployment(replicas=0).start()
+    try:
+        configured = [{"host": "127.0.0.1", "port": str(free_port())}] + [
+            {"host": host, "port": str(port)} for host, port in deployment.addresses]
+        app = make_app(deployment.url, redbeat_key_prefix="{redbeat}:",
+                       redbeat_redis_options={"startup_nodes": configured,
+                                              "dynamic_startup_nodes": False})
+        client = get_redis(app)
+        kept = list(client.nodes_manager.startup_nodes.values())
+        assert all(isinstance(node, StartupNode) for node in kept)
+        assert kept == [{**node, "port": int(node["port"])} for node in configured]
+        client.nodes_manager.initialize()  # what a MOVED or a lost node triggers
+        assert list(client.nodes_manager.startup_nodes.values()) == kept
+
+        RedBeatSchedulerEntry("clustered", "tasks.c", 0.5, app=app).save()
+        scheduler = Recording(app)
+        run_until_sent(scheduler, 2)
+        scheduler.close()
     finally:
         deployment.stop()

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlparse
 
 import redis
 from celery import Celery
+from redis.cluster import ClusterNode
 from redis.sentinel import Sentinel
 
 from .retry import RetryingConnection
@@ -98,8 +100,45 @@ def _sentinel_client(config: RedBeatConfig) -> redis.Redis:
     return sentinel.master_for(options.get("service_name", "master"), db=db)
 
 
+class StartupNode(ClusterNode, Mapping[str, Any]):
+    """A redis-py ``ClusterNode`` that also reads as the startup node as configured.
+
+    ``RedisCluster`` connects through ``ClusterNode``s (a dict fails once it connects);
+    celery-redbeat 2.4.2 passed the configured dicts, their port made an int, and code
+    written against it reads ``node["host"]``, ``node["port"]`` and compares the list
+    with dicts. So this node is both: a read-only mapping of the configured items (the
+    host as given, ``localhost`` included, which ``ClusterNode`` resolves to an address)
+    that equals a dict holding the same items, and a ``ClusterNode`` whose equality and
+    hash among ClusterNodes stay redis-py's (by ``host:port`` name), which its
+    ``NodesManager`` relies on. Only dicts compare as mappings: they have no hash, so no
+    two objects that compare equal hash differently.
+    """
+
+    def __init__(self, configured: Mapping[str, Any]) -> None:
+        self._configured = {**configured, "port": int(configured["port"])}
+        super().__init__(self._configured["host"], self._configured["port"])
+
+    def __getitem__(self, key: str) -> Any:
+        return self._configured[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._configured)
+
+    def __len__(self) -> int:
+        return len(self._configured)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ClusterNode):
+            return other.name == self.name
+        if isinstance(other, dict):
+            return self._configured == other
+        return NotImplemented
+
+    __hash__ = ClusterNode.__hash__
+
+
 def _cluster_client(config: RedBeatConfig) -> Any:
-    from redis.cluster import ClusterNode, RedisCluster
+    from redis.cluster import RedisCluster
 
     # Cluster URLs are no kombu transport, so options inherited from the broker's are
     # meant for this client too (2.4.2 forwards them here as well).
@@ -109,10 +148,8 @@ def _cluster_client(config: RedBeatConfig) -> Any:
     if url.startswith("redis-cluster://"):
         url = "redis://" + url[len("redis-cluster://"):]
     if config.redis_options.get("startup_nodes"):
-        nodes = [
-            ClusterNode(node["host"], int(node["port"]))
-            for node in config.redis_options["startup_nodes"]
-        ]
+        nodes: list[ClusterNode] = [
+            StartupNode(node) for node in config.redis_options["startup_nodes"]]
         return RedisCluster(startup_nodes=nodes, **extra)
     if url.startswith("rediss://"):
         extra.update(ssl_options(config))
