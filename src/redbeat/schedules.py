@@ -8,6 +8,7 @@ the CLI and Celery's own API agree on when an entry runs.
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from functools import cached_property
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -205,11 +206,34 @@ class rrule(_ScheduleProtocol):
     def __repr__(self) -> str:
         return f"<rrule: {FREQUENCY_NAMES[self.freq]} every {self.interval} from {self.dtstart}>"
 
+    @cached_property
+    def effective_until(self) -> datetime | None:
+        """``until`` when it ends the rule's runs, None when ``count`` ends them first
+        (its count-th run falls at or before ``until``, so no run is after it): then the
+        two spellings run exactly alike. Worked out once, on first use: nothing changes
+        a rule once built (:mod:`redbeat.nexttime` keeps its plan on it too). A rule whose
+        runs cannot be found within the bounds of :mod:`redbeat.nexttime` keeps its
+        ``until``."""
+        from .nexttime import ScheduleBoundError, next_after
+
+        if self.until is None or self.rules["count"] is None:
+            return self.until
+        without_until = rrule(self.freq, dtstart=self.dtstart, interval=self.interval,
+                              **self.rules)
+        try:
+            ends_first = next_after(without_until, self.until) is None
+        except ScheduleBoundError:
+            return self.until
+        return None if ends_first else self.until
+
     def __eq__(self, other: object) -> bool:
+        """Equal when both run at the same moments as far as their fields say: the same
+        freq, interval, start and rules, and the same :attr:`effective_until`. Like
+        Celery's schedules an rrule has no hash (its attributes can be assigned)."""
         if not isinstance(other, rrule):
             return NotImplemented
-        return (self.freq, self.interval, self.dtstart, self.until, self.rules) == (
-            other.freq, other.interval, other.dtstart, other.until, other.rules
+        return (self.freq, self.interval, self.dtstart, self.effective_until, self.rules) == (
+            other.freq, other.interval, other.dtstart, other.effective_until, other.rules
         )
 
     def __reduce__(self) -> Any:
