@@ -1,5 +1,5 @@
-"""schedules.rrule equality: equal rules run at the same moments, and an ``until`` that
-``count`` makes redundant does not count."""
+"""schedules.rrule equality: equal rules run at the same moments (their zones too), and
+an ``until`` that ``count`` makes redundant does not count."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ pytestmark = pytest.mark.filterwarnings(f"ignore:{BOTH}:DeprecationWarning")
 
 UTC = timezone.utc
 PARIS = ZoneInfo("Europe/Paris")
+PLUS_ONE = timezone(timedelta(hours=1))
 START = datetime(2015, 12, 30, 12, 59, 22, tzinfo=UTC)
 #: The third run of a minutely rule from START.
 THIRD = START + timedelta(minutes=2)
@@ -69,6 +70,14 @@ with warnings.catch_warnings():  # the table is built when the module is collect
         (minutely(until=THIRD), minutely(), False),
         (minutely(until=THIRD), minutely(until=THIRD + timedelta(days=1)), False),
         (minutely(until=THIRD), minutely(until=THIRD.astimezone(PARIS)), True),
+        # the zone: the same start in another zone runs at other instants
+        (paris_daily(), rrule("DAILY", dtstart=PARIS_START.astimezone(UTC)), False),
+        (rrule("MONTHLY", dtstart=datetime(2026, 1, 1, 0, 30, tzinfo=PLUS_ONE)),
+         rrule("MONTHLY", dtstart=datetime(2025, 12, 31, 23, 30, tzinfo=UTC)), False),
+        (paris_daily(), rrule("DAILY", dtstart=datetime(2026, 3, 27, 9), timezone="Europe/Paris"),
+         True),
+        (minutely(), minutely(dtstart=START.astimezone(ZoneInfo("UTC"))), True),
+        (minutely(), minutely(dtstart=START.astimezone(timezone(timedelta(0)))), True),
         # the other fields
         (minutely(count=1), minutely(count=2), False),
         (minutely(count=1, until=START + timedelta(days=1)), minutely(count=2), False),

@@ -258,9 +258,8 @@ def encode_rrule(value: schedules.rrule) -> dict[str, Any]:
     if value.until is not None:
         fields["until"] = to_timestamp(value.until)
         fields["until_tz"] = get_utcoffset_minutes(value.until)
-    name = schedules.zone_name(value.zone)
-    if name and name != "UTC":
-        fields["timezone"] = name
+    if value.named_zone:
+        fields["timezone"] = value.named_zone
     return fields
 
 

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from celery.schedules import crontab, schedule, solar
 from dateutil.rrule import weekday
 
-from .schedules import FREQUENCIES, FREQUENCY_NAMES, clocked, rrule, zone_name
+from .schedules import FREQUENCIES, FREQUENCY_NAMES, clocked, rrule
 from .schedules import crontab as zoned_crontab
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -224,8 +224,7 @@ def as_options(value: Any) -> list[str] | None:
     """The ``add`` options that give this schedule back (None for a kind ``add`` cannot
     write: solar, or a class of the application's own)."""
     if isinstance(value, rrule):
-        named = zone_name(value.dtstart.tzinfo)
-        zone = ["--tz", named] if named and named != "UTC" else []
+        zone = ["--tz", value.named_zone] if value.named_zone else []
         return ["--rrule", rrule_text(value), *zone]
     if isinstance(value, crontab):
         fields = [value._orig_minute, value._orig_hour, value._orig_day_of_month,
@@ -243,8 +242,7 @@ def zone_of(value: Any) -> str | None:
     """The IANA zone a schedule is evaluated in, when it names one: ``edit`` keeps it
     for a new ``--cron``/``--rrule`` given without ``--tz``."""
     if isinstance(value, rrule):
-        named = zone_name(value.dtstart.tzinfo)
-        return named if named and named != "UTC" else None
+        return value.named_zone
     if isinstance(value, crontab):
         return getattr(value, "timezone", None)
     return None
@@ -253,8 +251,8 @@ def zone_of(value: Any) -> str | None:
 def describe(value: Any) -> str:
     """A schedule in words, for tables: the same syntax as the options that give it."""
     if isinstance(value, rrule):
-        named = zone_name(value.dtstart.tzinfo)
-        return f"rrule {rrule_text(value)}" + (f" ({named})" if named and named != "UTC" else "")
+        named = value.named_zone
+        return f"rrule {rrule_text(value)}" + (f" ({named})" if named else "")
     if isinstance(value, crontab):
         fields = [value._orig_minute, value._orig_hour, value._orig_day_of_month,
                   value._orig_month_of_year, value._orig_day_of_week]

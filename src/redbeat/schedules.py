@@ -196,6 +196,14 @@ class rrule(_ScheduleProtocol):
     def zone(self) -> Any:
         return self.dtstart.tzinfo
 
+    @property
+    def named_zone(self) -> str | None:
+        """The IANA name of the rule's zone, as stored and written by the CLI; None for
+        UTC and for fixed offsets, which are stored as the offset (as 2.4.2 stores every
+        zone)."""
+        name = zone_name(self.zone)
+        return name if name != "UTC" else None
+
     def __getattr__(self, name: str) -> Any:
         # rrule.byhour etc., as dateutil and celery-redbeat 2.4.2 expose them
         rules = self.__dict__.get("rules")
@@ -226,15 +234,19 @@ class rrule(_ScheduleProtocol):
             return self.until
         return None if ends_first else self.until
 
+    def _runs_alike(self) -> tuple[Any, ...]:
+        # The zone as stored: a named zone moves the runs' instants with its daylight
+        # saving, a fixed offset does not, though both may start at the same instant.
+        zone = self.named_zone or self.dtstart.utcoffset()
+        return (self.freq, self.interval, self.dtstart, zone, self.effective_until, self.rules)
+
     def __eq__(self, other: object) -> bool:
         """Equal when both run at the same moments as far as their fields say: the same
-        freq, interval, start and rules, and the same :attr:`effective_until`. Like
-        Celery's schedules an rrule has no hash (its attributes can be assigned)."""
+        freq, interval, start, zone and rules, and the same :attr:`effective_until`.
+        Like Celery's schedules an rrule has no hash (its attributes can be assigned)."""
         if not isinstance(other, rrule):
             return NotImplemented
-        return (self.freq, self.interval, self.dtstart, self.effective_until, self.rules) == (
-            other.freq, other.interval, other.dtstart, other.effective_until, other.rules
-        )
+        return self._runs_alike() == other._runs_alike()
 
     def __reduce__(self) -> Any:
         return (_rebuild_rrule, (self.freq, self.dtstart, self.interval, self.until, self.rules))
