@@ -487,3 +487,16 @@ def test_a_pending_message_holds_the_claimed_definition_byte_for_byte(app):
     python_made = pending_message(Row(entry.key, T0, definition, None),
                                   Claim(task_id, resent.entry, at(0)), at(0), scheduler.node_id)
     assert json.loads(python_made) == message
+
+
+def test_a_server_without_redis_sha1hex_is_named_not_waited_for_as_an_outage(fake_app, caplog):
+    """fakeredis (many projects' test Redis) has no ``redis.sha1hex`` in EVAL: the tick
+    cannot run there, and the log says so instead of "Redis unavailable"."""
+    RedBeatSchedulerEntry("now", "tasks.x", 10.0, app=fake_app,
+                          last_run_at=datetime.now(timezone.utc) - timedelta(minutes=1)).save()
+    scheduler = Recording(fake_app)
+    scheduler.tick()  # takes the lock and syncs the statics
+    scheduler.tick()
+    assert scheduler.sent == []
+    assert "this server's Lua has no redis.sha1hex (fakeredis has none)" in caplog.text
+    assert "Redis unavailable" not in caplog.text

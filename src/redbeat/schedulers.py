@@ -68,7 +68,7 @@ from .settings import (
     conf_lookup,
     ensure_conf,
 )
-from .store import Fetch, LockLost, Op, Row, StaticWrite, with_flag_reply
+from .store import Fetch, LockLost, Op, Row, StaticWrite, unsupported_lua, with_flag_reply
 
 logger = logging.getLogger("celery.beat")
 
@@ -570,9 +570,12 @@ class RedBeatScheduler(Scheduler):
     def _redis_unavailable(self, exc: Exception) -> float:
         if not self._redis_down and not is_auth_error(exc):
             misplaced = self.store.misplaced_types(exc)
+            unsupported = unsupported_lua(exc)
             if misplaced:
                 logger.error("beat: %s; nothing is sent until it is deleted (another client "
                              "wrote it)", misplaced)
+            elif unsupported:
+                logger.error("beat: %s; nothing is sent", unsupported)
             else:
                 logger.error("beat: Redis unavailable (%s); standing by until it returns",
                              exc)

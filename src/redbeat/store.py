@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,22 @@ def with_flag_reply(name: str) -> str:
     scripts did: for the names it exposed (``schedulers.LUA_EXTEND_TO_SCRIPT``)."""
     return (f"local function run()\n{load_script(name)}\nend\n"
             "return run()[1] == 'ok' and 1 or 0\n")
+
+
+#: How a script's call of a ``redis.*`` function the server's Lua lacks fails.
+_MISSING_LUA_FUNCTION = re.compile(r"attempt to call field '(\w+)' \(a nil value\)")
+
+
+def unsupported_lua(exc: Exception) -> str:
+    """What a script error means when the server's Lua lacks a ``redis.*`` function
+    redbeat's scripts call (fakeredis, which many test suites use, has no
+    ``redis.sha1hex`` in EVAL), in words; '' for any other error. Such a server never
+    runs the tick, so it is named as what it is, not as an outage to wait out."""
+    match = _MISSING_LUA_FUNCTION.search(str(exc))
+    if match is None:
+        return ""
+    return (f"this server's Lua has no redis.{match.group(1)} (fakeredis has none): "
+            "redbeat's tick needs a real Redis (6.2 or later) or Valkey")
 
 
 def _or_absent(reply: Any, absent: Any) -> Any:
