@@ -72,7 +72,8 @@ POISON_FIELDS = {
 class Valid:
     name: str
     every: float
-    created_ms: int  # the grid's origin: its slots are created + k * every
+    created_ms: int  # the grid's origin: its slots are created (cut to the second when
+    # ``every`` is whole seconds) + k * every
     ended: float | None = None  # deleted at (wall clock)
 
 
@@ -152,7 +153,9 @@ class Writer(threading.Thread):
         name, every = f"v{self.serial}", self.rng.choice(INTERVALS)
         entry = RedBeatSchedulerEntry(name, "beatapp.record", every, args=[name, 0],
                                       app=self.app).save()
-        self.valid[name] = Valid(name, every, round(entry.last_run_at.timestamp() * 1000))
+        created = entry.last_run_at  # a whole-second interval counts from its whole second
+        origin = created.replace(microsecond=0) if float(every).is_integer() else created
+        self.valid[name] = Valid(name, every, round(origin.timestamp() * 1000))
 
     def do_edit(self) -> None:
         if self.live():
