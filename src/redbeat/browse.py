@@ -274,7 +274,7 @@ def _take(app: Celery, store: ScheduleStore, keys: KeyLayout, query: Query, page
 # -- one entry -------------------------------------------------------------------------
 
 
-def zone_of(entry: RedBeatSchedulerEntry) -> tzinfo:
+def evaluation_zone(entry: RedBeatSchedulerEntry) -> tzinfo:
     """The zone the entry's schedule is evaluated in: its own (a zoned crontab or
     rrule), else the app's."""
     schedule = entry.schedule
@@ -291,7 +291,7 @@ def zone_of(entry: RedBeatSchedulerEntry) -> tzinfo:
 def next_runs(entry: RedBeatSchedulerEntry, count: int = 10) -> tuple[list[datetime], str]:
     """The next ``count`` run times in the entry's zone, and why the list is short when
     it is (no more runs, or a schedule whose next run cannot be computed)."""
-    zone = zone_of(entry)
+    zone = evaluation_zone(entry)
     runs: list[datetime] = []
     try:
         runs = [run.due.astimezone(zone) for run in entry.upcoming(count)]
@@ -504,5 +504,5 @@ def minute_label(moment: float, zone: tzinfo) -> str:
 
 __all__ = ["BUDGET", "NAME_BUDGET", "ORDERS", "PAGE_SIZE", "STATES", "TIMELINE_BUDGET",
            "Bucket", "HeldSlot", "Page", "Query", "Segment", "Timeline", "compute_timeline",
-           "has_run", "held_slots", "last_run_score", "locate", "next_runs", "read_page",
-           "segments", "timeline", "zone_of"]
+           "evaluation_zone", "has_run", "held_slots", "last_run_score", "locate",
+           "next_runs", "read_page", "segments", "timeline"]

@@ -54,7 +54,7 @@ from .schedule_text import (
     parse_rrule,
     parse_time,
     parse_zone,
-    zone_of,
+    zone_name_of,
 )
 from .schedules import clocked
 from .settings import ensure_conf
@@ -701,7 +701,7 @@ def edit(ctx: click.Context, name: str, task: str | None, force: bool, **values:
         raise InvalidEntry(info.key, f"{info.error or 'unreadable'}; replace it with `add`")
     old = info.entry
     if values["zone"] is None:
-        values["zone"] = zone_of(old.schedule)  # a new --cron keeps the entry's zone
+        values["zone"] = zone_name_of(old.schedule)  # a new --cron keeps the entry's zone
     changes: dict[str, Any] = {}
     if task is not None:
         _check_task(ctx, task, "--task", force)

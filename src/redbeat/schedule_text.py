@@ -238,7 +238,7 @@ def as_options(value: Any) -> list[str] | None:
     return None
 
 
-def zone_of(value: Any) -> str | None:
+def zone_name_of(value: Any) -> str | None:
     """The IANA zone a schedule is evaluated in, when it names one: ``edit`` keeps it
     for a new ``--cron``/``--rrule`` given without ``--tz``."""
     if isinstance(value, rrule):

@@ -204,7 +204,7 @@ def _definition(info: manage.EntryInfo) -> dict[str, Any]:
     if entry is None:
         return {}
     runs, short = browse.next_runs(entry, 10) if entry.enabled else ([], "disabled")
-    zone = browse.zone_of(entry)
+    zone = browse.evaluation_zone(entry)
     policy = {name: value for name, value in vars(entry.policy).items()
               if value != getattr(type(entry.policy)(), name)}
     return {
