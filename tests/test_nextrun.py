@@ -174,6 +174,16 @@ def test_plan(case, row_, now, grace, expected):
     assert plan([row_], now, grace) == expected
 
 
+def test_a_catch_up_exactly_on_a_run_of_a_fractional_interval_is_one_send():
+    """Missed runs of a 0.1 s interval, the tick's now exactly on one: that run is
+    claimed, and the next is after now. Counted in float seconds, the tick claimed the
+    run before it and scored the one at now, which the next tick sent as well."""
+    result = plan_batch(APP, [row("a", 0.1, t(-1), 0)], T, TickSettings("node"),
+                        RedBeatSchedulerEntry)
+    assert [claim.due for claim in result.claims] == [T]
+    assert result.ops[0].score == to_score(t(0.1))
+
+
 def test_a_quarantined_row_is_parked_with_its_reason():
     bad = Row("redbeat:bad", 0.0, '{"name": "bad"}', None, None)
     result = plan_batch(APP, [bad], T, TickSettings("node"), RedBeatSchedulerEntry)

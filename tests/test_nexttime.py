@@ -8,7 +8,7 @@ import pytest
 from celery import Celery
 from celery.schedules import crontab, schedule, solar
 
-from redbeat.nexttime import first_due, latest_slot, next_after
+from redbeat.nexttime import count_slots, first_due, latest_slot, next_after, slots_between
 from redbeat.schedules import rrule
 
 UTC = timezone.utc
@@ -83,6 +83,43 @@ def test_first_due(schedule_, now, expected):
 )
 def test_latest_slot_coalesces_to_the_last_missed_run(schedule_, due, now, expected):
     assert latest_slot(schedule_, due, now) == expected
+
+
+def later(moment: datetime, seconds: float) -> datetime:
+    return moment + timedelta(seconds=seconds)
+
+
+FRACTION = utc(2026, 1, 1, 10).replace(microsecond=700_000)  # 10:00:00.7
+
+
+# An interval's runs from a slot ``due``: ``due`` itself, then ``due`` cut to the whole
+# second (an interval of whole seconds; else ``due`` itself) plus k intervals. Catch-up
+# counts and coalesces them by arithmetic; it must find the runs walking them finds.
+@pytest.mark.parametrize(("every", "due", "now", "latest", "count"), [
+    # ``now`` exactly on a run of a fractional interval: 0.3 // 0.1 is 2.0 in floats
+    (0.1, utc(2026, 1, 1), later(utc(2026, 1, 1), 0.3), later(utc(2026, 1, 1), 0.3), 4),
+    (0.2, utc(2026, 1, 1), later(utc(2026, 1, 1), 5.6), later(utc(2026, 1, 1), 5.6), 29),
+    (0.7, FRACTION, later(FRACTION, 18.9), later(FRACTION, 18.9), 28),
+    (59.999, utc(2026, 1, 1), later(utc(2026, 1, 1), 29 * 59.999),
+     later(utc(2026, 1, 1), 29 * 59.999), 30),
+    # whole seconds from a fractional slot: 10:00:00.7, 10:01, 10:02, 10:03
+    (60, FRACTION, utc(2026, 1, 1, 10, 3), utc(2026, 1, 1, 10, 3), 4),
+    (60, FRACTION, utc(2026, 1, 1, 10, 0, 59, 999_999), FRACTION, 1),
+    (1, utc(2026, 1, 1, 10).replace(microsecond=999_000), utc(2026, 1, 1, 10, 0, 1),
+     utc(2026, 1, 1, 10, 0, 1), 2),
+])
+def test_interval_catch_up_arithmetic_finds_the_runs_walked(every, due, now, latest, count):
+    every_ = schedule(timedelta(seconds=every))
+    walked = list(slots_between(every_, due, now))
+    assert (walked[-1], len(walked)) == (latest, count)
+    assert (latest_slot(every_, due, now), count_slots(every_, due, now)) == (latest, count)
+
+
+def test_no_interval_runs_are_counted_before_the_first():
+    """Between the whole second and a fractional first run: none (the cut chain
+    would count one)."""
+    every_ = schedule(timedelta(minutes=1))
+    assert count_slots(every_, FRACTION, FRACTION.replace(microsecond=200_000)) == 0
 
 
 @pytest.mark.parametrize("just_after_sunrise", [

@@ -219,17 +219,17 @@ def count_slots(schedule: Any, first: datetime, last: datetime,
 @count_slots.register
 def _interval_count(schedule: celery_schedules.schedule, first: datetime, last: datetime,
                     limit: int = MAX_CATCH_UP_STEPS) -> int:
-    every = schedule.run_every.total_seconds()
+    every = schedule.run_every
     if schedule.relative:
         step = _relative_step(schedule)
         if step is None or not _on_grid(first, step):
             return count_slots.dispatch(object)(schedule, first, last, limit)
-        every = step
-    if every <= 0:
+        every = timedelta(seconds=step)
+    if every <= timedelta(0):
         return count_slots.dispatch(object)(schedule, first, last, limit)
     if last < first:
         return 0
-    return int((last - chain_base(schedule, first)).total_seconds() // every) + 1
+    return (last - chain_base(schedule, first)) // every + 1
 
 
 @latest_slot.register
@@ -238,24 +238,26 @@ def _interval_latest(schedule: celery_schedules.schedule, due: datetime,
     """By arithmetic on the interval's own chain of runs from ``due`` (a relative one's
     too, when evenly spaced: probing near ``now`` would land off its chain); walked
     from ``due`` for a relative one of an hour or more (at most MAX_CATCH_UP_STEPS
-    runs: over a year of hourly runs)."""
-    every = schedule.run_every.total_seconds()
+    runs: over a year of hourly runs). In whole microseconds, as the walk adds them:
+    in float seconds 0.3 // 0.1 is 2, and a tick exactly on a run of a 0.1 s interval
+    coalesced to the run before it, then sent the one at ``now`` as well."""
+    every = schedule.run_every
     if schedule.relative:
         step = _relative_step(schedule)
         if step is not None and _on_grid(due, step):
-            every = step
-        elif every >= 1:
+            every = timedelta(seconds=step)
+        elif every >= timedelta(seconds=1):
             latest = due
             for latest in slots_between(schedule, due, now):  # noqa: B007 - the last
                 pass
             return latest
         else:
             return latest_slot.dispatch(object)(schedule, due, now)
-    if every <= 0:
+    if every <= timedelta(0):
         return latest_slot.dispatch(object)(schedule, due, now)
     base = chain_base(schedule, due)  # ``due`` itself, or the runs after it are cut
-    steps = int((now - base).total_seconds() // every)
-    return due if steps == 0 else base + timedelta(seconds=every * steps)
+    steps = (now - base) // every
+    return due if steps <= 0 else base + every * steps
 
 
 # -- rrule ---------------------------------------------------------------------------
