@@ -113,6 +113,23 @@ def test_a_saved_first_score_is_read_back_as_the_same_slot(schedule_, policy):
         == again
 
 
+def test_a_never_run_interval_keeps_its_windows_start_as_its_slot():
+    """Its first slot is start_time, then the runs from start_time's whole second. Read
+    back from its jittered score (a tick before start_time wrote it), the slot was the
+    score itself: another task id, and the runs a second later when the jitter crossed
+    into the next second."""
+    policy = EntryPolicy(jitter=2.0, start_time=t(95.9))
+    saved = next_run(EVERY_10, policy, "e", None, T)
+    assert saved is not None and saved.due == t(95.9)
+    assert saved.send_at.replace(microsecond=0) > t(95)  # the jitter crosses the second
+    again = next_run(EVERY_10, policy, "e", None, from_score(saved.score), saved.score)
+    assert again == (t(95.9), from_score(saved.score))
+    from redbeat.nextrun import upcoming_runs
+
+    assert [run.due for run in upcoming_runs(again, EVERY_10, policy, "e", 3)] == \
+        [t(95.9), t(105), t(115)]
+
+
 # -- the planner: what one tick decides for a due row ---------------------------------
 
 

@@ -154,7 +154,10 @@ def _unjittered(schedule: Any, policy: EntryPolicy, name: str,
     if not policy.jitter:
         return None
     target = to_score(send_at)
-    earliest = first_due(schedule, send_at - timedelta(seconds=policy.jitter))
+    # from the window's start when it opens later: a never-run interval's first slot is
+    # start_time, which a run "at or after send_at - jitter" of an interval is not
+    earliest = policy.window(schedule,
+                             first_due(schedule, send_at - timedelta(seconds=policy.jitter)))
     if earliest is None or earliest > send_at:
         return None
     for slot in slots_between(schedule, earliest, send_at, limit=JITTER_SEARCH):
