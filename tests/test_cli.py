@@ -17,7 +17,7 @@ from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.cli import main
 from redbeat.schedulers import get_redis
-from support.recording import Recording
+from support.recording import Clock, Recording, leader
 
 
 def json_lines(output: str) -> list[dict]:
@@ -56,6 +56,36 @@ def test_add_list_show(run, redis_server):
     assert entry.options == {"queue": "batch"} and entry.schedule.timezone == "Europe/London"
     changed = json.loads(get_redis(make_app(redis_server.url)).hget("redbeat:ping", "changed"))
     assert changed["by"] == "cli"
+
+
+#: 2030-01-01 00:00:00.5 UTC: the score an entry written by hand is stored with
+HAND_SCORE = 1893456000.5
+HAND_RUNS = ["2030-01-01 00:00:00 UTC", "2030-01-01 00:01:00 UTC", "2030-01-01 00:02:00 UTC"]
+
+
+def test_a_hand_written_entrys_next_runs_are_from_its_score_as_beat_sends_them(run,
+                                                                              redis_server):
+    """An interval written by hand (a definition, no meta) with a score: beat sends it at
+    the score, then every minute from its whole second. show and the entry page listed
+    runs from now, years before the first."""
+    from redbeat.web import create_app
+
+    client = redis_server.client()
+    client.hset("redbeat:hand", "definition", json.dumps({
+        "name": "hand", "task": "tasks.x", "args": [], "kwargs": {}, "options": {},
+        "enabled": True, "schedule": {"__type__": "interval", "every": 60.0,
+                                      "relative": False}}))
+    client.zadd("redbeat::schedule", {"redbeat:hand": HAND_SCORE})
+    shown = run("show", "hand", "--runs", "3").output
+    assert shown.split("next runs:\n")[1].splitlines() == [f"  {run}" for run in HAND_RUNS]
+    app = make_app(redis_server.url)
+    page = create_app(app).test_client().get("/entry?name=hand", headers={"Host": "127.0.0.1"})
+    assert all(f"<li>{run}</li>" in page.get_data(as_text=True) for run in HAND_RUNS)
+    clock = Clock(HAND_SCORE)
+    scheduler = leader(app, clock)
+    scheduler.tick()
+    assert scheduler.task_ids == ["hand:1893456000500"]
+    assert client.zscore("redbeat::schedule", "redbeat:hand") == 1893456060.0
 
 
 def test_enable_disable_delete(run, redis_server):

@@ -288,13 +288,15 @@ def evaluation_zone(entry: RedBeatSchedulerEntry) -> tzinfo:
     return entry.app.timezone if entry.app is not None else timezone.utc
 
 
-def next_runs(entry: RedBeatSchedulerEntry, count: int = 10) -> tuple[list[datetime], str]:
+def next_runs(entry: RedBeatSchedulerEntry, count: int = 10,
+              score: float | None = None) -> tuple[list[datetime], str]:
     """The next ``count`` run times in the entry's zone, and why the list is short when
-    it is (no more runs, or a schedule whose next run cannot be computed)."""
+    it is (no more runs, or a schedule whose next run cannot be computed); ``score`` is
+    the stored one (see ``RedBeatSchedulerEntry.upcoming``)."""
     zone = evaluation_zone(entry)
     runs: list[datetime] = []
     try:
-        runs = [run.due.astimezone(zone) for run in entry.upcoming(count)]
+        runs = [run.due.astimezone(zone) for run in entry.upcoming(count, score)]
     except (OverflowError, ValueError) as exc:
         return runs, f"cannot be computed: {exc}"
     return runs, "" if len(runs) == count else "no more runs"

@@ -43,6 +43,7 @@ from .failures import failing_summary, read_failures
 from .keys import CHANGED, MISFIRES, KeyLayout
 from .lock import Holder, expiry_words
 from .nextrun import follows_app_zone, score_time
+from .nexttime import utc
 from .policy import EntryPolicy
 from .retry import AUTH_ERRORS
 from .schedule_text import (
@@ -399,7 +400,7 @@ def show(ctx: click.Context, name: str, runs: int, raw: bool) -> None:
         click.echo(f"quarantined: {_shown(info.quarantine or info.error)}")
     _show_dispatches(info, zone)
     if info.entry is not None and info.entry.enabled:
-        _show_next_runs(info.entry, zone, runs)
+        _show_next_runs(info.entry, zone, runs, info.score)
 
 
 def _show_entry(info: manage.EntryInfo, default_grace: float | None, zone: tzinfo) -> None:
@@ -513,17 +514,19 @@ def _show_dispatches(info: manage.EntryInfo, zone: tzinfo) -> None:
                        f"{_shown(failure.reason)}")
 
 
-def _show_next_runs(entry: RedBeatSchedulerEntry, zone: tzinfo, runs: int) -> None:
+def _show_next_runs(entry: RedBeatSchedulerEntry, zone: tzinfo, runs: int,
+                    score: float | None) -> None:
     click.echo("next runs:")
     if zone_unknown(entry.app) and follows_app_zone(entry.schedule):
         click.echo("  (in the app's time zone, which this command does not know: "
                    "celery -A proj redbeat show lists them)")
         return
     try:
-        upcoming = entry.upcoming(runs)
+        upcoming = entry.upcoming(runs, score)
+        now = utc(entry.default_now())
         for number, run in enumerate(upcoming):
             # the first as due_at says it: now, when overdue
-            click.echo(f"  {_when(entry.due_at if number == 0 else run.due, zone)}")
+            click.echo(f"  {_when(max(run.due, now) if number == 0 else run.due, zone)}")
         if len(upcoming) < runs:
             click.echo("  (no more runs)")
     except (OverflowError, ValueError) as exc:

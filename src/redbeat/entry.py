@@ -171,14 +171,16 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         run = self._next_run()
         return None if run is None else run.due
 
-    def upcoming(self, count: int) -> list[NextRun]:
-        """The next ``count`` slots (fewer when the schedule or the window ends)."""
-        return upcoming_runs(self._next_run(), self.schedule, self.policy, self.name, count,
-                             utc(self._default_now()))
+    def upcoming(self, count: int, score: float | None = None) -> list[NextRun]:
+        """The next ``count`` slots (fewer when the schedule or the window ends).
+        ``score`` is the stored one: an entry that never ran is sent at the slot it
+        names (a hand-written interval at its score, not from now), as the tick does."""
+        return upcoming_runs(self._next_run(score), self.schedule, self.policy, self.name,
+                             count, utc(self._default_now()))
 
-    def _next_run(self) -> NextRun | None:
+    def _next_run(self, score: float | None = None) -> NextRun | None:
         return next_run(self.schedule, self.policy, self.name, self.last_run_at,
-                        utc(self._default_now()))
+                        utc(self._default_now()), score)
 
     @property
     def due_at(self) -> datetime | None:

@@ -203,7 +203,7 @@ def _definition(info: manage.EntryInfo) -> dict[str, Any]:
     entry = info.entry
     if entry is None:
         return {}
-    runs, short = browse.next_runs(entry, 10) if entry.enabled else ([], "disabled")
+    runs, short = browse.next_runs(entry, 10, info.score) if entry.enabled else ([], "disabled")
     zone = browse.evaluation_zone(entry)
     policy = {name: value for name, value in vars(entry.policy).items()
               if value != getattr(type(entry.policy)(), name)}
