@@ -122,6 +122,24 @@ def test_no_interval_runs_are_counted_before_the_first():
     assert count_slots(every_, FRACTION, FRACTION.replace(microsecond=200_000)) == 0
 
 
+class EveryNinety(schedule):
+    """A schedule written for Celery's beat: every 90 s from its last run, whatever its
+    ``run_every`` says."""
+
+    def remaining_estimate(self, last_run_at: datetime) -> timedelta:
+        return last_run_at + timedelta(seconds=90) - self.now()
+
+
+def test_a_schedule_with_its_own_estimate_is_caught_up_on_its_own_runs():
+    """Its runs come from its ``remaining_estimate``: 10:00, 10:01:30, ... 10:09. The
+    interval arithmetic put the catch-up run at 10:10, a time it never runs at."""
+    now = utc(2026, 1, 1, 10, 10)
+    every_ = EveryNinety(timedelta(minutes=1), nowfun=lambda: now, app=APP)
+    due = utc(2026, 1, 1, 10)
+    assert latest_slot(every_, due, now) == utc(2026, 1, 1, 10, 9)
+    assert count_slots(every_, due, now) == 7
+
+
 @pytest.mark.parametrize("just_after_sunrise", [
     # a London sunrise the simulator saw sent twice: from this moment (the run recorded),
     # ephem's search found the same sunrise again, a tenth of a second later

@@ -219,6 +219,8 @@ def count_slots(schedule: Any, first: datetime, last: datetime,
 @count_slots.register
 def _interval_count(schedule: celery_schedules.schedule, first: datetime, last: datetime,
                     limit: int = MAX_CATCH_UP_STEPS) -> int:
+    if overrides_estimate(schedule, celery_schedules.schedule):  # its runs are its own
+        return count_slots.dispatch(object)(schedule, first, last, limit)
     every = schedule.run_every
     if schedule.relative:
         step = _relative_step(schedule)
@@ -240,7 +242,11 @@ def _interval_latest(schedule: celery_schedules.schedule, due: datetime,
     from ``due`` for a relative one of an hour or more (at most MAX_CATCH_UP_STEPS
     runs: over a year of hourly runs). In whole microseconds, as the walk adds them:
     in float seconds 0.3 // 0.1 is 2, and a tick exactly on a run of a 0.1 s interval
-    coalesced to the run before it, then sent the one at ``now`` as well."""
+    coalesced to the run before it, then sent the one at ``now`` as well. A subclass
+    with its own ``remaining_estimate`` is asked through it (``run_every`` may not be
+    its step)."""
+    if overrides_estimate(schedule, celery_schedules.schedule):
+        return latest_slot.dispatch(object)(schedule, due, now)
     every = schedule.run_every
     if schedule.relative:
         step = _relative_step(schedule)
