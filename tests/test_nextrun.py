@@ -201,6 +201,30 @@ def test_a_catch_up_exactly_on_a_run_of_a_fractional_interval_is_one_send():
     assert result.ops[0].score == to_score(t(0.1))
 
 
+def test_the_first_runs_of_a_1s_interval_have_their_own_task_ids():
+    """An interval that never ran is first due at the tick's now, and a slot is named by
+    its millisecond: at 12:00:00.9996 that named 12:00:01.000, the next run's too (two
+    sends under one id, which a consumer deduplicating by id drops). Rounded up to the
+    millisecond, the first slot is 12:00:01, then 12:00:02; a window opening at such a
+    moment the same."""
+    current = row("a", 1.0, None, 0)
+    task_ids = []
+    for now in (t(0.9996), t(1), t(2)):
+        result = plan_batch(APP, [current], now, TickSettings("node"), RedBeatSchedulerEntry)
+        (op,) = result.ops
+        task_ids += [claim.task_id for claim in result.claims]
+        meta = dict(op.fields).get("meta", current.meta)
+        current = current._replace(score=op.score, meta=meta)
+    assert task_ids == [f"a:{round(t(1).timestamp() * 1000)}",
+                        f"a:{round(t(2).timestamp() * 1000)}"]
+    from redbeat.nextrun import upcoming_runs
+
+    every_second, policy = sched(schedule(timedelta(seconds=1))), EntryPolicy(start_time=t(0.9996))
+    first = next_run(every_second, policy, "w", t(-5), T)
+    assert [run.due for run in upcoming_runs(first, every_second, policy, "w", 2)] == \
+        [t(1), t(2)]
+
+
 def test_a_quarantined_row_is_parked_with_its_reason():
     bad = Row("redbeat:bad", 0.0, '{"name": "bad"}', None, None)
     result = plan_batch(APP, [bad], T, TickSettings("node"), RedBeatSchedulerEntry)
