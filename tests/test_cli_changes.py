@@ -139,13 +139,19 @@ def test_edit_changes_one_field_in_place_and_keeps_the_rest(redis_server):
         assert edited.returncode == 0 and edited.stdout.startswith("edited job"), edited.stderr
         assert check(definition(redis_server, "job")), (args, definition(redis_server, "job"))
     assert client.hget("redbeat:job", "meta") == meta  # run history untouched
-    assert redbeat(url, "edit", "job", "--misfire-grace", "60", "--jitter", "5").returncode == 0
+    assert redbeat(url, "edit", "job", "--misfire-grace", "60", "--jitter", "5",
+                   "--ttl", "1d").returncode == 0
     policy = RedBeatSchedulerEntry.from_key("redbeat:job", app=make_app(url)).policy
-    assert (policy.misfire_grace_time, policy.jitter) == (60, 5)
+    assert (policy.misfire_grace_time, policy.jitter, policy.ttl) == (60, 5, 86400)
+    assert redbeat(url, "edit", "job", "--misfire-grace", "none", "--ttl", "None").returncode == 0
+    policy = RedBeatSchedulerEntry.from_key("redbeat:job", app=make_app(url)).policy
+    assert (policy.misfire_grace_time, policy.jitter, policy.ttl) == (None, 5, None)
     for args, code, message in [
         (["--args", "{}"], 5, "--args must be a JSON list"),
         (["--options", "[1]"], 5, "--options must be a JSON dict"),
         (["--every", "soon"], 5, "--every wants a duration"),
+        (["--ttl", "soon"], 5, "--ttl wants a duration"),
+        (["--misfire-grace", "-1"], 5, "misfire_grace_time' must be a number of seconds >= 0"),
         (["--every", "1m", "--cron", "@daily"], 2, "only one of"),
         (["--start", "2030-01-02T00:00:00", "--end", "2030-01-01T00:00:00"], 5, "end_time"),
         (["--task", ""], 5, "--task: the task name is empty"),

@@ -52,6 +52,7 @@ from .schedule_text import (
     parse_cron,
     parse_every,
     parse_json,
+    parse_limit,
     parse_rrule,
     parse_time,
     parse_zone,
@@ -553,13 +554,16 @@ ENTRY_OPTIONS = [
     click.option("--start", default=None,
                  help="Send nothing before this ISO time (none: no start)."),
     click.option("--end", default=None, help="Send nothing after this ISO time (none: no end)."),
-    click.option("--misfire-grace", type=float, default=None,
-                 help="Skip a slot that would be sent more than this many seconds late."),
+    click.option("--misfire-grace", default=None,
+                 help="Skip a slot sent later than this after its time: seconds or a "
+                      "duration (5m); none: the global redbeat_misfire_grace_time."),
     click.option("--coalesce/--no-coalesce", default=None,
                  help="One catch-up run for missed slots (default), or each one (bounded)."),
     click.option("--jitter", type=float, default=None,
                  help="Spread sends over this many seconds."),
-    click.option("--ttl", type=float, default=None, help="Seconds to keep it once finished."),
+    click.option("--ttl", default=None,
+                 help="Keep it this long once finished: seconds or a duration (1d); "
+                      "none: keep it."),
     click.option("--force", is_flag=True,
                  help="Change a static entry anyway; accept a task the app does not register."),
 ]
@@ -598,8 +602,10 @@ def _policy_from(values: dict[str, Any], base: EntryPolicy) -> EntryPolicy:
         if text is not None:
             changes[name] = (None if text.strip().lower() == "none"
                              else parse_time(text, zone, f"--{option}"))
-    for option, name in (("misfire_grace", "misfire_grace_time"), ("coalesce", "coalesce"),
-                         ("jitter", "jitter"), ("ttl", "ttl")):
+    for option, name in (("misfire_grace", "misfire_grace_time"), ("ttl", "ttl")):
+        if values[option] is not None:
+            changes[name] = parse_limit(values[option], "--" + option.replace("_", "-"))
+    for option, name in (("coalesce", "coalesce"), ("jitter", "jitter")):
         if values[option] is not None:
             changes[name] = values[option]
     return dataclasses.replace(base, **changes)

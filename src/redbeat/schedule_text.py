@@ -57,7 +57,7 @@ def parse_json(text: str | None, what: str, kind: type) -> Any:
     return value
 
 
-def parse_every(text: str) -> float:
+def parse_every(text: str, option: str = "--every") -> float:
     """A duration: ``30`` (seconds), ``30s``, ``5m``, ``1h``, ``1d``, ``1w`` or parts of
     them together (``1m30s``, ``1h 30m``)."""
     text = text.strip().lower().replace(" ", "")
@@ -65,11 +65,23 @@ def parse_every(text: str) -> float:
     if not parts or "".join(part.group(0) for part in parts) != text or len(parts) > 1 and any(
             not part.group(2) for part in parts):  # a bare number only on its own
         wanted = "a duration such as 30s, 5m, 1h30m, 1d or 1w"
-        raise ValueError(f"--every wants {wanted}, not {text!r}")
+        raise ValueError(f"{option} wants {wanted}, not {text!r}")
     seconds = sum(float(part.group(1)) * UNITS[part.group(2) or "s"] for part in parts)
     if seconds <= 0:
-        raise ValueError("--every must be positive")
+        raise ValueError(f"{option} must be positive")
     return seconds
+
+
+def parse_limit(text: str, option: str) -> float | None:
+    """A limit an entry may also have none of (``--misfire-grace``, ``--ttl``): a
+    duration as ``--every`` takes it, or ``none``, which removes it (so ``edit`` can
+    take back a limit it set)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return float(text)  # plain seconds, 0 included: the policy checks the range
+    except ValueError:
+        return parse_every(text, option)
 
 
 def parse_zone(text: str | None, option: str = "--tz") -> str | None:
