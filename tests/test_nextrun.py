@@ -204,9 +204,9 @@ def test_a_catch_up_exactly_on_a_run_of_a_fractional_interval_is_one_send():
 def test_the_first_runs_of_a_1s_interval_have_their_own_task_ids():
     """An interval that never ran is first due at the tick's now, and a slot is named by
     its millisecond: at 12:00:00.9996 that named 12:00:01.000, the next run's too (two
-    sends under one id, which a consumer deduplicating by id drops). Rounded up to the
-    millisecond, the first slot is 12:00:01, then 12:00:02; a window opening at such a
-    moment the same."""
+    sends under one id, which a consumer deduplicating by id drops). Cut to the
+    millisecond, the first slot is 12:00:00.999 (due at once), then 12:00:01 and
+    12:00:02; a window opening at such a moment starts at 12:00:01 (never before it)."""
     current = row("a", 1.0, None, 0)
     task_ids = []
     for now in (t(0.9996), t(1), t(2)):
@@ -215,8 +215,7 @@ def test_the_first_runs_of_a_1s_interval_have_their_own_task_ids():
         task_ids += [claim.task_id for claim in result.claims]
         meta = dict(op.fields).get("meta", current.meta)
         current = current._replace(score=op.score, meta=meta)
-    assert task_ids == [f"a:{round(t(1).timestamp() * 1000)}",
-                        f"a:{round(t(2).timestamp() * 1000)}"]
+    assert task_ids == [f"a:{round(t(slot).timestamp() * 1000)}" for slot in (0.999, 1, 2)]
     from redbeat.nextrun import upcoming_runs
 
     every_second, policy = sched(schedule(timedelta(seconds=1))), EntryPolicy(start_time=t(0.9996))

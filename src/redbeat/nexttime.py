@@ -166,13 +166,19 @@ def _on_grid(moment: datetime, step: float) -> bool:
 
 @first_due.register
 def _interval_first(schedule: celery_schedules.schedule, now: datetime) -> datetime | None:
-    """``now``, rounded up to the millisecond: a slot is named by its millisecond (its
-    task id), and a first run at 10:00:00.9996 shared 10:00:01.000's with the run after
-    it of a 1 s interval, two sends under one id. Up, never down: a window's start_time
-    is not run before it."""
+    """``now``, cut to the millisecond: a slot is named by its millisecond (its task
+    id), and a first run at 10:00:00.9996 named 10:00:01.000 shared that id with the run
+    after it of a 1 s interval, two sends under one id. Cut, not rounded up: a run due
+    at once is due at the very ``now`` it is asked at (a window's start_time is rounded
+    up by the caller, so nothing runs before it)."""
     if overrides_estimate(schedule, celery_schedules.schedule):
         return celery_first(schedule, now)
     moment = utc(now)
+    return moment - timedelta(microseconds=moment.microsecond % 1000)
+
+
+def ceil_ms(moment: datetime) -> datetime:
+    """``moment`` rounded up to the millisecond that names a slot."""
     extra = moment.microsecond % 1000
     return moment + timedelta(microseconds=1000 - extra) if extra else moment
 
