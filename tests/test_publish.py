@@ -242,3 +242,46 @@ def test_a_slot_the_batch_cannot_build_is_sent_by_celery_alongside_the_batch(sch
     assert scheduler._send_slots(slots, batch) == ["a:1", "b:1"]
     ids = [json.loads(raw)["headers"]["id"] for raw in broker.client().lrange("celery", 0, -1)]
     assert sorted(ids) == ["a:1", "b:1"]
+
+
+@pytest.mark.parametrize("meanwhile", ["lock taken", "entry edited"])
+def test_messages_drafted_during_the_commit_are_announced_only_once_it_recorded_them(
+        scheduler, broker, meanwhile):
+    """The claims' messages are drafted while Redis runs the commit: a claim the commit
+    refuses (the lock changed hands, or its entry was edited since the read) gets no
+    ``before_task_publish`` and no message; the others get both, once."""
+    app = scheduler.app
+    ran = datetime.now(timezone.utc) - timedelta(hours=1)
+    for name in ("a", "b"):
+        RedBeatSchedulerEntry(name, "tasks.plain", 3600.0, app=app, last_run_at=ran).save()
+    store = scheduler.store
+    real_commit = store.commit
+
+    def commit(*args, **kwargs):  # what another node or an operator does meanwhile
+        if meanwhile == "lock taken":
+            store.client.set(app.redbeat_conf.lock_key, "other:1:x")
+        else:
+            RedBeatSchedulerEntry("b", "tasks.plain", 3600.0, args=["edited"], app=app,
+                                  last_run_at=ran).save()
+        return real_commit(*args, **kwargs)
+
+    announced = []
+
+    def before(sender=None, headers=None, **kwargs):
+        announced.append(headers["id"])
+
+    before_task_publish.connect(before, weak=False)
+    try:
+        scheduler.tick()  # takes the lock
+        store.commit = commit
+        scheduler.tick()
+    finally:
+        del store.commit
+        before_task_publish.disconnect(before)
+    ids = sorted(json.loads(raw)["headers"]["id"].split(":")[0]
+                 for raw in broker.client().lrange("celery", 0, -1))
+    if meanwhile == "lock taken":
+        assert (announced, ids, scheduler.leading) == ([], [], False)
+    else:
+        assert [task_id.split(":")[0] for task_id in announced] == ids == ["a"]
+    scheduler.close()

@@ -67,6 +67,25 @@ class Unsupported(Exception):
 
 
 @dataclass(slots=True)
+class Draft:
+    """A message built and addressed, not yet announced (``before_task_publish``) nor
+    serialised: what can be made while Redis still runs the commit that claims it."""
+
+    name: str
+    body: Any
+    headers: dict[str, Any]
+    properties: dict[str, Any]
+    exchange: str | Exchange
+    routing_key: str | None
+    queue: Queue | None
+    priority: int | None
+    delivery_mode: Any
+    serializer: str
+    compression: str | None
+    expiration: float | None
+
+
+@dataclass(slots=True)
 class Outgoing:
     """One message ready for the wire, and what the signals report about it."""
 
@@ -178,6 +197,11 @@ class Builder:
         ``entry`` with ``task_id``, and send ``before_task_publish`` for it, as Celery
         does before a publish. Raises :class:`Unsupported` for what needs Celery's own
         path."""
+        return self.seal(self.draft(entry, task_id))
+
+    def draft(self, entry: Any, task_id: str) -> Draft:
+        """:meth:`prepare` up to the signal: no side effect, so it may run before the
+        slot's claim is known to be committed."""
         app, name = self.app, entry.task
         args = _evaluate_entry_args(entry.args)
         kwargs = _evaluate_entry_kwargs(entry.kwargs)
@@ -233,10 +257,9 @@ class Builder:
         return lpmerge(dict(self.default_route), options)
 
     def _address(self, name: str, message: Any, options: dict[str, Any],
-                 expiration: float | None) -> Outgoing:
-        """Celery's ``send_task_message`` and kombu's ``Producer.publish``, without the
-        publish: the queue, exchange, routing key and delivery mode, the serialised
-        body, and ``before_task_publish``."""
+                 expiration: float | None) -> Draft:
+        """Celery's ``send_task_message`` and kombu's ``Producer.publish`` up to the
+        signal: the queue, exchange, routing key and delivery mode."""
         amqp = self.amqp
         headers, properties, body, _ = message
         headers.update(options.pop("headers", None) or {})
@@ -266,11 +289,22 @@ class Builder:
         elif exchange is None:
             exchange = queue.exchange.name or amqp.default_exchange
             routing_key = routing_key or queue.routing_key or self.routing_key
-        serializer = options.pop("serializer", None) or self.serializer
-        compression = options.pop("compression", None) or self.compression
+        return Draft(name=name, body=body, headers=headers, properties=properties,
+                     exchange=exchange, routing_key=routing_key, queue=queue,
+                     priority=priority, delivery_mode=delivery_mode,
+                     serializer=options.pop("serializer", None) or self.serializer,
+                     compression=options.pop("compression", None) or self.compression,
+                     expiration=expiration)
+
+    def seal(self, draft: Draft) -> Outgoing:
+        """``before_task_publish`` for ``draft``, then its body serialised (after the
+        signal, as kombu does: a receiver may still change the message)."""
+        headers, properties, exchange = draft.headers, draft.properties, draft.exchange
+        delivery_mode = draft.delivery_mode
         signals.before_task_publish.send(
-            sender=name, body=body, exchange=exchange, routing_key=routing_key,
-            declare=[queue] if queue is not None else [], headers=headers,
+            sender=draft.name, body=draft.body, exchange=exchange,
+            routing_key=draft.routing_key,
+            declare=[draft.queue] if draft.queue is not None else [], headers=headers,
             properties=properties, retry_policy=dict(self.retry_policy))
         if isinstance(exchange, Exchange):
             exchange_name = exchange.name
@@ -278,16 +312,18 @@ class Builder:
         else:
             exchange_name = exchange or ""
         properties["delivery_mode"] = maybe_delivery_mode(delivery_mode)
-        if expiration is not None:
-            properties["expiration"] = str(int(expiration * 1000))
-        content_type, content_encoding, payload = serialise(body, serializer)
-        if compression:
-            payload, headers["compression"] = compress(payload, compression)
-        return Outgoing(name=name, task_id=headers.get("id") or properties["correlation_id"],
-                        body=body, payload=payload, content_type=content_type,
+        if draft.expiration is not None:
+            properties["expiration"] = str(int(draft.expiration * 1000))
+        content_type, content_encoding, payload = serialise(draft.body, draft.serializer)
+        if draft.compression:
+            payload, headers["compression"] = compress(payload, draft.compression)
+        return Outgoing(name=draft.name,
+                        task_id=headers.get("id") or properties["correlation_id"],
+                        body=draft.body, payload=payload, content_type=content_type,
                         content_encoding=content_encoding, headers=headers,
-                        properties=properties, priority=priority, exchange=exchange_name,
-                        routing_key=routing_key or "", queue=queue)
+                        properties=properties, priority=draft.priority,
+                        exchange=exchange_name, routing_key=draft.routing_key or "",
+                        queue=draft.queue)
 
 
 #: kombu's JSON encoder, made once: ``kombu.utils.json.dumps`` (what kombu's ``json``

@@ -428,13 +428,14 @@ class RedBeatScheduler(Scheduler):
         self.metrics.dispatched("skipped", plan.skipped)
         claims = plan.claims
         skipped: set[str] = set()
+        drafts: dict[str, publish.Draft] = {}
         if plan.ops:
-            skipped = self.store.commit(plan.ops, lease, policy.node, now_ts)
+            skipped, drafts = self._commit(plan, lease, policy.node, now_ts)
             if skipped:
                 # edited between the read and the commit: nothing was recorded, so
                 # nothing is sent; the next tick (at once, below) reads the new version
                 claims = [claim for claim in claims if claim.entry.key not in skipped]
-        sent, lost = self._publish(claims, lease)
+        sent, lost = self._publish(claims, lease, drafts)
         if policy.at_least_once:
             confirmed.extend(sent)
         # held records done with are confirmed in either mode (at-most-once holds none of
@@ -656,13 +657,54 @@ class RedBeatScheduler(Scheduler):
         logger.info("Scheduler: Sending due task %s (%s) id=%s", entry.name, entry.task, task_id)
         return self.apply_async(message, producer=self.producer, advance=False)
 
-    def _publish(self, claims: list[Claim], lease: Lease | None) -> tuple[list[str], bool]:
-        """Publish the claimed slots; returns the ids sent and whether the lock was lost
-        on the way (the sent ones are still confirmed, so they are not sent twice)."""
+    def _commit(self, plan: Plan, lease: Lease | None, node: str,
+                now_ts: float) -> tuple[set[str], dict[str, publish.Draft]]:
+        """commit.lua (the keys it skipped), and meanwhile the claims' messages drafted
+        (``publish.Builder.draft``: no signal, no side effect). Redis runs the script on
+        its own core for about as long as drafting takes here, so the commit waits on its
+        socket on a thread of its own while this one drafts; nothing is announced or sent
+        before the commit has recorded the claims."""
+        if not plan.claims or self._broker_down or not self._batched:
+            return self.store.commit(plan.ops, lease, node, now_ts), {}
+        outcome: list[Any] = []
+
+        def commit() -> None:
+            try:
+                outcome.append(self.store.commit(plan.ops, lease, node, now_ts))
+            except BaseException as exc:  # raised on the tick's thread below
+                outcome.append(exc)
+
+        thread = threading.Thread(target=commit, name="redbeat-commit", daemon=True)
+        thread.start()
+        try:
+            drafts = self._draft(plan.claims)
+        finally:
+            thread.join()
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0], drafts
+
+    def _draft(self, claims: list[Claim]) -> dict[str, publish.Draft]:
+        """The claims' drafts by task id; one that cannot be drafted is left out (built
+        again after the commit, where Celery's own path takes it)."""
+        builder = publish.Builder(self.app, self._reprs)
+        drafts = {}
+        for claim in claims:
+            try:
+                drafts[claim.task_id] = builder.draft(claim.entry, claim.task_id)
+            except Exception:  # noqa: S112 - decided (and logged) on the publish path
+                continue
+        return drafts
+
+    def _publish(self, claims: list[Claim], lease: Lease | None,
+                 drafts: dict[str, publish.Draft] | None = None) -> tuple[list[str], bool]:
+        """Publish the claimed slots (``drafts``: their messages drafted already, by
+        task id); returns the ids sent and whether the lock was lost on the way (the
+        sent ones are still confirmed, so they are not sent twice)."""
         if claims:
             self._renewed_at = self.monotonic()  # the commit that claimed them renewed it
         done, _, lost = self._send_all([(claim.entry, claim.task_id) for claim in claims],
-                                       lease)
+                                       lease, drafts=drafts)
         self._count_sends([(claim.task_id, claim.due) for claim in claims], done)
         return done, lost
 
@@ -676,6 +718,7 @@ class RedBeatScheduler(Scheduler):
 
     def _send_all(self, slots: list[Slot], lease: Lease | None,
                   announce: Callable[[list[Slot]], None] | None = None,
+                  drafts: dict[str, publish.Draft] | None = None,
                   ) -> tuple[list[str], bool, bool]:
         """Publish ``slots`` in order: PUBLISH_BATCH at a time on the batched path, one at
         a time otherwise. Returns the ids done with, whether the broker failed (the rest
@@ -697,7 +740,7 @@ class RedBeatScheduler(Scheduler):
             if not remaining:
                 break
             if batched and not self._broker_down:
-                unit, batch = self._build(remaining)
+                unit, batch = self._build(remaining, drafts)
             else:  # one by one, or a broker that was down tried with one slot first
                 unit, batch = remaining[:1], None
             remaining = remaining[len(unit):]
@@ -932,16 +975,20 @@ class RedBeatScheduler(Scheduler):
             done.append(task_id)
         return done
 
-    def _build(self, slots: list[Slot]) -> tuple[list[Slot], Batch]:
+    def _build(self, slots: list[Slot],
+               drafts: dict[str, publish.Draft] | None = None) -> tuple[list[Slot], Batch]:
         """The first slots' messages, built with Celery's message API
         (publish.py), up to PUBLISH_BATCH of them or PUBLISH_BYTES of payload; a slot that
         module cannot build exactly is left to Celery's own ``apply_async``. Built on the
-        tick's thread, so the tick's wait on the publishing thread is for the broker."""
+        tick's thread, so the tick's wait on the publishing thread is for the broker;
+        from its draft when there is one (taken from ``drafts``)."""
         batch, size = Batch([], []), 0
         builder = publish.Builder(self.app, self._reprs)
+        drafts = drafts if drafts is not None else {}
         for entry, task_id in slots[:PUBLISH_BATCH]:
             try:
-                message = builder.prepare(entry, task_id)
+                draft = drafts.pop(task_id, None) or builder.draft(entry, task_id)
+                message = builder.seal(draft)
             except Exception:  # Celery's own path decides, and logs a refusal its way
                 batch.alone.append((entry, task_id))
                 continue
