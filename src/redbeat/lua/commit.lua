@@ -158,7 +158,7 @@ end
 
 -- Hold each new slot: its record, and one more reference to its definition (stored
 -- once per distinct text, whatever the number of slots naming it).
-local refs, seen = {}, {}
+local refs, seen, named = {}, {}, {}
 for first = 1, #ids, CHUNK do
   local last = math.min(first + CHUNK - 1, #ids)
   local existing = redis.call('HMGET', KEYS[3], unpack(ids, first, last))
@@ -167,15 +167,32 @@ for first = 1, #ids, CHUNK do
       seen[ids[i]] = true
       pending[#pending + 1] = ids[i]
       pending[#pending + 1] = messages[i]
+      if not refs[shas[i]] then
+        named[#named + 1] = shas[i]
+      end
       refs[shas[i]] = (refs[shas[i]] or 0) + 1
     end
   end
 end
--- (HGET and HSET, not HINCRBY: the commands an ACL user of docs/deployments.md has)
-for sha, count in pairs(refs) do
-  redis.call('HSETNX', KEYS[4], sha, texts[sha])
-  local held = tonumber(redis.call('HGET', KEYS[4], sha .. ':refs')) or 0
-  redis.call('HSET', KEYS[4], sha .. ':refs', held + count)
+-- The texts and their counts in a few variadic calls, not three calls per definition (a
+-- burst of a thousand entries names a thousand definitions). HSET, not HSETNX: a sha1
+-- names one text, so writing it again leaves it as it was. (HMGET and HSET, not HINCRBY:
+-- the commands an ACL user of docs/deployments.md has.)
+local stored, count_fields, counts = {}, {}, {}
+for _, sha in ipairs(named) do
+  stored[#stored + 1] = sha
+  stored[#stored + 1] = texts[sha]
+  count_fields[#count_fields + 1] = sha .. ':refs'
 end
+flush('HSET', KEYS[4], stored)
+for first = 1, #count_fields, CHUNK do
+  local last = math.min(first + CHUNK - 1, #count_fields)
+  local held = redis.call('HMGET', KEYS[4], unpack(count_fields, first, last))
+  for i = first, last do
+    counts[#counts + 1] = count_fields[i]
+    counts[#counts + 1] = (tonumber(held[i - first + 1]) or 0) + refs[named[i]]
+  end
+end
+flush('HSET', KEYS[4], counts)
 flush('HSET', KEYS[3], pending)
 return {'ok', applied, skipped, history_error or (recorded and 'ok' or '')}

@@ -12,7 +12,7 @@
 -- returns {'ok', the number of slots forgotten}
 local ids = cjson.decode(ARGV[1])
 local forgotten = 0
-local released = {}
+local released, named = {}, {}
 for first = 1, #ids, CHUNK do
   local last = math.min(first + CHUNK - 1, #ids)
   -- the records name their definition as '"definition_sha1": "<hex>"' (commit.lua and
@@ -22,21 +22,35 @@ for first = 1, #ids, CHUNK do
   for i = 1, last - first + 1 do
     local sha = messages[i] and string.match(messages[i], '"definition_sha1": "(%x+)"')
     if sha then
+      if not released[sha] then
+        named[#named + 1] = sha
+      end
       released[sha] = (released[sha] or 0) + 1
     end
   end
   forgotten = forgotten + redis.call('HDEL', KEYS[1], unpack(ids, first, last))
 end
--- (HGET and HSET, not HINCRBY: the commands an ACL user of docs/deployments.md has)
-local zeroed = {}
-for sha, count in pairs(released) do
-  local left = (tonumber(redis.call('HGET', KEYS[2], sha .. ':refs')) or 0) - count
-  if left <= 0 then
-    zeroed[#zeroed + 1] = sha
-  else
-    redis.call('HSET', KEYS[2], sha .. ':refs', left)
+-- The counts read and written in a few variadic calls, not two calls per definition (a
+-- burst of a thousand entries names a thousand). (HMGET and HSET, not HINCRBY: the
+-- commands an ACL user of docs/deployments.md has.)
+local zeroed, count_fields, counts = {}, {}, {}
+for _, sha in ipairs(named) do
+  count_fields[#count_fields + 1] = sha .. ':refs'
+end
+for first = 1, #count_fields, CHUNK do
+  local last = math.min(first + CHUNK - 1, #count_fields)
+  local held = redis.call('HMGET', KEYS[2], unpack(count_fields, first, last))
+  for i = first, last do
+    local left = (tonumber(held[i - first + 1]) or 0) - released[named[i]]
+    if left <= 0 then
+      zeroed[#zeroed + 1] = named[i]
+    else
+      counts[#counts + 1] = count_fields[i]
+      counts[#counts + 1] = left
+    end
   end
 end
+flush('HSET', KEYS[2], counts)
 -- A count reaches zero with records still naming the definition when a record written
 -- by hand (never counted) was released: deleting the text would make the real held slots
 -- unreadable, and they would be dropped unsent. So a definition whose count ran out is
@@ -61,13 +75,9 @@ if #zeroed > 0 and redis.call('EXISTS', KEYS[1]) == 1 then
       redis.call('HDEL', KEYS[2], sha, sha .. ':refs')
     end
   end
-else
-  for _, sha in ipairs(zeroed) do
-    redis.call('HDEL', KEYS[2], sha, sha .. ':refs')
-  end
-end
--- No record left, so no reference: whatever a record removed by hand left counted goes.
-if redis.call('EXISTS', KEYS[1]) == 0 then
+elseif redis.call('EXISTS', KEYS[1]) == 0 then
+  -- No record left, so no reference: whatever a record removed by hand left counted
+  -- goes, and the definitions whose count ran out with it (one call for them all).
   redis.call('DEL', KEYS[2])
 end
 
