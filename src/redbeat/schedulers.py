@@ -134,8 +134,9 @@ SCHEDULER_HOOKS = ("maybe_due", "is_due", "reserve")
 #: sends each slot through it, one by one, instead of the batched publish.
 PUBLISH_HOOKS = ("apply_async", "send_task", "send_slot")
 #: Slots written per batch (one Redis pipeline, one set of AMQP confirms), and so per
-#: hand-off to the publishing thread, which a tick waits for at most half a poll interval.
-PUBLISH_BATCH = 500
+#: hand-off to the publishing thread, which a tick waits for at most half a poll interval:
+#: as many as a tick reads by default (``redbeat_batch_size``), so a burst is one hand-off.
+PUBLISH_BATCH = 1000
 #: ... or fewer, once their payloads reach this many bytes (large arguments).
 PUBLISH_BYTES = 2_000_000
 ENTRY_HOOKS = ("__init__", "is_due", "due_at", "reschedule", "generate_key", "_next_instance",
