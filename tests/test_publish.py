@@ -285,3 +285,13 @@ def test_messages_drafted_during_the_commit_are_announced_only_once_it_recorded_
     else:
         assert [task_id.split(":")[0] for task_id in announced] == ids == ["a"]
     scheduler.close()
+
+
+def test_delivery_tags_are_distinct_version_4_uuids_as_kombu_writes_them():
+    import uuid
+
+    tags = publish.delivery_tags(2000)
+    parsed = [uuid.UUID(tag) for tag in tags]
+    assert len(set(tags)) == 2000 and [str(u) for u in parsed] == tags
+    assert {(u.version, u.variant) for u in parsed} == {(4, uuid.RFC_4122)}
+    assert publish.delivery_tags(0) == []
