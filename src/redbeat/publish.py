@@ -34,6 +34,7 @@ from celery.app.task import Task
 from celery.backends.base import Backend
 from celery.beat import _evaluate_entry_args, _evaluate_entry_kwargs
 from celery.utils.collections import lpmerge
+from celery.utils.nodenames import anon_nodename
 from celery.utils.saferepr import saferepr
 from celery.utils.time import maybe_make_aware
 from kombu import Exchange, Queue
@@ -101,6 +102,9 @@ class Outgoing:
     exchange: str
     routing_key: str
     queue: Queue | None  # declared before the first publish to it
+    #: its record for a Redis broker (the JSON text) and that record's priority, once
+    #: :func:`encode_redis` made them
+    wire: tuple[str, int] | None = None
 
 
 def batch_transport(connection: Any) -> str | None:
@@ -187,6 +191,11 @@ class Builder:
         self.retry_policy = dict(conf.task_publish_retry_policy or {})
         self.default_queue = conf.task_default_queue
         self.default_route: dict[str, Any] | None = None
+        # read through a lock on each access otherwise (kombu's cached_property), and
+        # the origin Celery derives from the host name and pid for every message
+        self.router = self.amqp.router
+        self.queues = self.amqp.queues
+        self.origin = anon_nodename()
         # protocol 1 has no reprs (it ignores them)
         self.limits = ((self.amqp.argsrepr_maxsize, self.amqp.kwargsrepr_maxsize,
                         conf.task_repr_maxlevels)
@@ -226,7 +235,7 @@ class Builder:
             argsrepr, kwargsrepr = self.reprs.get(entry, args, kwargs, self.limits)
         message = self.amqp.create_task_message(
             task_id, name, args, kwargs, countdown=countdown, eta=eta, expires=expires,
-            argsrepr=argsrepr, kwargsrepr=kwargsrepr,
+            argsrepr=argsrepr, kwargsrepr=kwargsrepr, origin=self.origin,
             reply_to=self.thread_oid, time_limit=time_limit, soft_time_limit=soft_time_limit,
             shadow=shadow, ignore_result=ignore_result)
         return self._address(name, message, options, _expiration(app, expires))
@@ -246,7 +255,7 @@ class Builder:
         """Celery's ``Router.route``; without ``task_routes``, the default queue's
         destination is expanded once per batch (Celery reads the setting and looks the
         queue up for every message)."""
-        router = self.amqp.router
+        router = self.router
         if type(router) is not Router or router.routes:
             return router.route(options, name, args, kwargs, task)
         options = router.expand_destination(options)
@@ -260,7 +269,6 @@ class Builder:
                  expiration: float | None) -> Draft:
         """Celery's ``send_task_message`` and kombu's ``Producer.publish`` up to the
         signal: the queue, exchange, routing key and delivery mode."""
-        amqp = self.amqp
         headers, properties, body, _ = message
         headers.update(options.pop("headers", None) or {})
         queue = options.pop("queue", None)
@@ -270,9 +278,9 @@ class Builder:
         priority = options.pop("priority", None)
         qname = queue
         if queue is None and exchange is None:
-            queue = amqp.default_queue
+            queue = self.amqp.default_queue
         if isinstance(queue, str):
-            qname, queue = queue, amqp.queues[queue]
+            qname, queue = queue, self.queues[queue]
         elif queue is not None:
             qname = queue.name
         if isinstance(queue, Broadcast):
@@ -287,7 +295,7 @@ class Builder:
         if (not exchange or not routing_key) and exchange_type == "direct":
             exchange, routing_key = "", qname
         elif exchange is None:
-            exchange = queue.exchange.name or amqp.default_exchange
+            exchange = queue.exchange.name or self.amqp.default_exchange
             routing_key = routing_key or queue.routing_key or self.routing_key
         return Draft(name=name, body=body, headers=headers, properties=properties,
                      exchange=exchange, routing_key=routing_key, queue=queue,
@@ -418,15 +426,14 @@ def write_redis(channel: Any, messages: Sequence[Outgoing]) -> list[BaseExceptio
     refused push refuses the messages it carried, each reported."""
     declare(channel, messages)
     queues = _redis_queues(channel, messages)
+    encode_redis(channel, [message for message in messages if message.wire is None])
     runs: list[tuple[tuple[str, ...], list[str], list[int]]] = []
-    tags = delivery_tags(len(messages))
     for index, (message, destinations) in enumerate(zip(messages, queues, strict=True)):
-        record = _redis_record(channel, message, tags[index])
-        priority = channel._get_message_priority(record, reverse=False)
+        text, priority = message.wire or ("", 0)  # encoded above
         lists = tuple(channel._q_for_pri(queue, priority) for queue in destinations)
         if not runs or runs[-1][0] != lists or queues[runs[-1][2][-1]] != destinations:
             runs.append((lists, [], []))
-        runs[-1][1].append(JSON.encode(record))
+        runs[-1][1].append(text)
         runs[-1][2].append(index)
     refusals: list[BaseException | None] = [None] * len(messages)
     with channel.conn_or_acquire() as client:
@@ -460,6 +467,14 @@ def _redis_queues(channel: Any, messages: Sequence[Outgoing]) -> list[list[str]]
             found[key] = list(channel._lookup(*key))
         result.append(found[key])
     return result
+
+
+def encode_redis(channel: Any, messages: Sequence[Outgoing]) -> None:
+    """Give each message its record for kombu Redis ``channel`` (``wire``): what
+    :func:`write_redis` pushes. Pure (no I/O), so it can be done ahead of the write."""
+    for message, tag in zip(messages, delivery_tags(len(messages)), strict=True):
+        record = _redis_record(channel, message, tag)
+        message.wire = (JSON.encode(record), channel._get_message_priority(record, reverse=False))
 
 
 def delivery_tags(count: int) -> list[str]:

@@ -27,7 +27,7 @@ from queue import SimpleQueue
 from typing import Any, NamedTuple
 
 import redis.exceptions
-from celery import Celery
+from celery import Celery, signals
 from celery.beat import Scheduler
 from celery.schedules import crontab
 from celery.utils.time import humanize_seconds
@@ -87,6 +87,8 @@ CLOSE_TIMEOUT = 2.0
 
 
 Slot = tuple[RedBeatSchedulerEntry, str]  # an entry and the task id of its slot
+#: Messages of claimed slots made while the commit ran, by task id: drafted, or sealed
+Drafts = dict[str, publish.Draft | publish.Outgoing]
 
 
 class Batch(NamedTuple):
@@ -429,7 +431,7 @@ class RedBeatScheduler(Scheduler):
         self.metrics.dispatched("skipped", plan.skipped)
         claims = plan.claims
         skipped: set[str] = set()
-        drafts: dict[str, publish.Draft] = {}
+        drafts: Drafts = {}
         if plan.ops:
             skipped, drafts = self._commit(plan, lease, policy.node, now_ts)
             if skipped:
@@ -659,7 +661,7 @@ class RedBeatScheduler(Scheduler):
         return self.apply_async(message, producer=self.producer, advance=False)
 
     def _commit(self, plan: Plan, lease: Lease | None, node: str,
-                now_ts: float) -> tuple[set[str], dict[str, publish.Draft]]:
+                now_ts: float) -> tuple[set[str], Drafts]:
         """commit.lua (the keys it skipped), and meanwhile the claims' messages drafted
         (``publish.Builder.draft``: no signal, no side effect). Redis runs the script on
         its own core for about as long as drafting takes here, so the commit waits on its
@@ -685,20 +687,28 @@ class RedBeatScheduler(Scheduler):
             raise outcome[0]
         return outcome[0], drafts
 
-    def _draft(self, claims: list[Claim]) -> dict[str, publish.Draft]:
+    def _draft(self, claims: list[Claim]) -> Drafts:
         """The claims' drafts by task id; one that cannot be drafted is left out (built
-        again after the commit, where Celery's own path takes it)."""
+        again after the commit, where Celery's own path takes it). When no receiver
+        listens to ``before_task_publish``, nothing can tell a message sealed now from
+        one sealed after the commit: then the messages are sealed here too, and their
+        records encoded for a Redis broker, while the commit is still running."""
         builder = publish.Builder(self.app, self._reprs)
-        drafts = {}
+        early = not signals.before_task_publish.receivers
+        drafts: Drafts = {}
         for claim in claims:
             try:
-                drafts[claim.task_id] = builder.draft(claim.entry, claim.task_id)
+                draft = builder.draft(claim.entry, claim.task_id)
+                drafts[claim.task_id] = builder.seal(draft) if early else draft
             except Exception:  # noqa: S112 - decided (and logged) on the publish path
                 continue
+        if early and publish.batch_transport(self.connection) == "redis":
+            publish.encode_redis(self.producer.channel,
+                                 [m for m in drafts.values() if isinstance(m, publish.Outgoing)])
         return drafts
 
     def _publish(self, claims: list[Claim], lease: Lease | None,
-                 drafts: dict[str, publish.Draft] | None = None) -> tuple[list[str], bool]:
+                 drafts: Drafts | None = None) -> tuple[list[str], bool]:
         """Publish the claimed slots (``drafts``: their messages drafted already, by
         task id); returns the ids sent and whether the lock was lost on the way (the
         sent ones are still confirmed, so they are not sent twice)."""
@@ -719,7 +729,7 @@ class RedBeatScheduler(Scheduler):
 
     def _send_all(self, slots: list[Slot], lease: Lease | None,
                   announce: Callable[[list[Slot]], None] | None = None,
-                  drafts: dict[str, publish.Draft] | None = None,
+                  drafts: Drafts | None = None,
                   ) -> tuple[list[str], bool, bool]:
         """Publish ``slots`` in order: PUBLISH_BATCH at a time on the batched path, one at
         a time otherwise. Returns the ids done with, whether the broker failed (the rest
@@ -977,7 +987,7 @@ class RedBeatScheduler(Scheduler):
         return done
 
     def _build(self, slots: list[Slot],
-               drafts: dict[str, publish.Draft] | None = None) -> tuple[list[Slot], Batch]:
+               drafts: Drafts | None = None) -> tuple[list[Slot], Batch]:
         """The first slots' messages, built with Celery's message API
         (publish.py), up to PUBLISH_BATCH of them or PUBLISH_BYTES of payload; a slot that
         module cannot build exactly is left to Celery's own ``apply_async``. Built on the
@@ -989,7 +999,7 @@ class RedBeatScheduler(Scheduler):
         for entry, task_id in slots[:PUBLISH_BATCH]:
             try:
                 draft = drafts.pop(task_id, None) or builder.draft(entry, task_id)
-                message = builder.seal(draft)
+                message = draft if isinstance(draft, publish.Outgoing) else builder.seal(draft)
             except Exception:  # Celery's own path decides, and logs a refusal its way
                 batch.alone.append((entry, task_id))
                 continue
