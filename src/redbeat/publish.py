@@ -195,6 +195,8 @@ class Builder:
         # the origin Celery derives from the host name and pid for every message
         self.router = self.amqp.router
         self.queues = self.amqp.queues
+        self.tasks = app.tasks
+        self.create_task_message = self.amqp.create_task_message
         self.origin = anon_nodename()
         # protocol 1 has no reprs (it ignores them)
         self.limits = ((self.amqp.argsrepr_maxsize, self.amqp.kwargsrepr_maxsize,
@@ -217,7 +219,7 @@ class Builder:
         options = {key: value for key, value in entry.options.items() if key != "task_id"}
         options["headers"] = {**(options.get("headers") or {}), "celery_beat_task": True}
         _check(options, OPTIONS, "option")
-        task = app.tasks.get(name)
+        task = self.tasks.get(name)
         shadow = None
         if task is not None:
             options, shadow = _task_options(task, args, kwargs, options)
@@ -233,7 +235,7 @@ class Builder:
         argsrepr = kwargsrepr = None
         if self.limits is not None:
             argsrepr, kwargsrepr = self.reprs.get(entry, args, kwargs, self.limits)
-        message = self.amqp.create_task_message(
+        message = self.create_task_message(
             task_id, name, args, kwargs, countdown=countdown, eta=eta, expires=expires,
             argsrepr=argsrepr, kwargsrepr=kwargsrepr, origin=self.origin,
             reply_to=self.thread_oid, time_limit=time_limit, soft_time_limit=soft_time_limit,
@@ -354,6 +356,8 @@ def serialise(body: Any, serializer: str) -> tuple[str, str, str | bytes]:
 
 
 def _check(options: dict[str, Any], known: frozenset[str], what: str) -> None:
+    if options.keys() <= known:
+        return  # nothing to refuse, nothing to drop: most messages
     unknown = sorted(key for key, value in options.items()
                      if key not in known and value is not None and value is not False)
     if unknown:
