@@ -724,8 +724,11 @@ class RedBeatScheduler(Scheduler):
             except Exception:  # noqa: S112 - decided (and logged) on the publish path
                 continue
         if early and publish.batch_transport(self.connection) == "redis":
-            publish.encode_redis(self.producer.channel,
-                                 [m for m in drafts.values() if isinstance(m, publish.Outgoing)])
+            try:
+                publish.encode_redis(self.producer.channel, [
+                    m for m in drafts.values() if isinstance(m, publish.Outgoing)])
+            except Exception:  # noqa: S110 - met again by the write, which handles it
+                pass
         return drafts
 
     def _publish(self, claims: list[Claim], lease: Lease | None,
