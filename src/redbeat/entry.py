@@ -39,7 +39,7 @@ from .entry_fields import (
 )
 from .keys import PARKED_SCORE
 from .nextrun import NextRun, follows_app_zone, next_run, score_of, to_score, upcoming_runs
-from .nexttime import next_after, utc
+from .nexttime import next_after, to_millisecond, utc
 from .policy import DEFAULT as DEFAULT_POLICY
 from .policy import EntryPolicy
 from .retry import RetryPolicy
@@ -85,13 +85,6 @@ def store_for(app: Celery) -> ScheduleStore:
                               config.history_records)
         setattr(app, STORE_ATTRIBUTE, store)
     return store
-
-
-def to_millisecond(moment: datetime) -> datetime:
-    """``moment`` cut to the millisecond, for the ``last_run_at`` of an entry created or
-    rescheduled without one: scores are milliseconds, so the due time computed from it
-    is exactly the score that is stored."""
-    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
 
 
 def node_name() -> str:

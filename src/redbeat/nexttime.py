@@ -73,7 +73,7 @@ def celery_next(schedule: Any, after: datetime) -> datetime | None:
     now = utc(schedule.maybe_make_aware(schedule.now()))
     # from the clock cut to the millisecond, as scores are: the result is then exactly
     # the score stored, not up to a millisecond before it
-    return now.replace(microsecond=now.microsecond // 1000 * 1000) + remaining
+    return to_millisecond(now) + remaining
 
 
 def celery_first(schedule: Any, now: datetime) -> datetime | None:
@@ -173,14 +173,19 @@ def _interval_first(schedule: celery_schedules.schedule, now: datetime) -> datet
     up by the caller, so nothing runs before it)."""
     if overrides_estimate(schedule, celery_schedules.schedule):
         return celery_first(schedule, now)
-    moment = utc(now)
-    return moment - timedelta(microseconds=moment.microsecond % 1000)
+    return to_millisecond(utc(now))
 
 
-def ceil_ms(moment: datetime) -> datetime:
-    """``moment`` rounded up to the millisecond that names a slot."""
-    extra = moment.microsecond % 1000
-    return moment + timedelta(microseconds=1000 - extra) if extra else moment
+def to_millisecond(moment: datetime) -> datetime:
+    """``moment`` cut to the millisecond, the precision of scores and slot ids: a time
+    computed from it is exactly the score that is stored."""
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+
+
+def up_to_millisecond(moment: datetime) -> datetime:
+    """``moment`` rounded up to the millisecond that names a slot (never before it)."""
+    cut = to_millisecond(moment)
+    return cut if cut == moment else cut + timedelta(milliseconds=1)
 
 
 @singledispatch

@@ -23,7 +23,7 @@ from functools import lru_cache
 from typing import Any
 
 from . import decoder
-from .nexttime import ceil_ms, count_slots, first_due, latest_slot, slots_between, utc
+from .nexttime import count_slots, first_due, latest_slot, slots_between, up_to_millisecond, utc
 
 MAX_CATCH_UP_LIMIT = 1000
 NO_DELAY = timedelta()
@@ -115,7 +115,7 @@ class EntryPolicy:
         """``due`` moved into the active window: not before start_time; None after end."""
         if due is not None and self.start_time is not None and due < utc(self.start_time):
             # from the millisecond that names a slot, rounded up: never before start
-            due = first_due(schedule, ceil_ms(utc(self.start_time)))
+            due = first_due(schedule, up_to_millisecond(utc(self.start_time)))
         if due is None or self.end_time is not None and due > utc(self.end_time):
             return None
         return due
