@@ -14,6 +14,7 @@ a page never reads the whole schedule, however rare its matches.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -350,9 +351,16 @@ class Timeline:
 
     @classmethod
     def from_json(cls, text: str, age: float) -> Timeline:
-        """Raises ValueError (KeyError, TypeError) for a text this module did not write."""
-        data = json.loads(text)
+        """Raises ValueError (KeyError, TypeError) for a text this module did not write
+        (another process keeps it: a page must not fail on what it left there)."""
+        try:
+            data = json.loads(text)
+        except RecursionError as exc:
+            raise ValueError("nested too deep") from exc
         start, width = float(data["start"]), float(data["width"])
+        if not (math.isfinite(start) and 0 < width <= 3600 and start > 0
+                and len(data["counts"]) <= 2 * 24 * 60):
+            raise ValueError(f"not a timeline: start {start}, width {width}")
         buckets = [Bucket(start + width * at, start + width * (at + 1), int(count))
                    for at, count in enumerate(data["counts"])]
         return cls(buckets, float(data["computed_at"]), int(data["expanded"]),
@@ -439,7 +447,7 @@ def timeline(app: Celery, now: float) -> Timeline:
         if age <= TIMELINE_REFRESH:
             try:
                 return Timeline.from_json(text, age)
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, OverflowError):
                 pass  # not what this module writes: computed again below
     computed = compute_timeline(app, now)
     store.write_cached(key, computed.to_json(), TIMELINE_LIFETIME)

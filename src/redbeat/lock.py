@@ -61,8 +61,9 @@ class Holder:
         return self.token if self.host is None else f"{self.host}:{self.pid}"
 
     def __str__(self) -> str:
-        if self.host is None:
-            return f"token {self.token}"
+        if self.host is None:  # any text another client SET: shown escaped if unprintable
+            token = self.token if self.token.isprintable() else ascii(self.token)[1:-1]
+            return f"token {token}"
         return f"{self.host} pid {self.pid}"
 
 

@@ -28,6 +28,7 @@ from .entry import (
     store_for,
 )
 from .failures import read_failures
+from .heartbeat import heartbeats
 from .keys import (
     CHANGED,
     DEFINITION,
@@ -552,17 +553,14 @@ def status(app: Celery, now: float | None = None, upcoming: int = 5,
             except (ValueError, AttributeError, RecursionError):
                 reason = raw
             quarantined.append((keys.name_of(key), reason))
-    heartbeats = {}
-    for node, value in (nodes or {}).items():
-        role, _, at = value.partition(" ")
-        heartbeats[node] = (role, float(at or 0))
+    beats = {node: (beat.role, beat.at) for node, beat in heartbeats(nodes).items()}
     return Status(
         lock_holder=holder, lock_ttl_ms=int(ttl), entries=int(total), overdue=int(overdue),
         most_late_s=max(0.0, now - oldest[0][1]) if oldest else 0.0,
         waiting=int(read["waiting"]),
         parked=int(parked), pending=int(pending),
         next_due=[(keys.name_of(key), score) for key, score in following],
-        quarantined=quarantined, nodes=heartbeats,
+        quarantined=quarantined, nodes=beats,
         redis_version=server.get("redis_version", "?") if isinstance(server, dict) else "?",
         eviction_policy=policy.get("maxmemory-policy") if isinstance(policy, dict) else None,
     )

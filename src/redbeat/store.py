@@ -23,6 +23,7 @@ from redis.exceptions import RedisError, ResponseError
 from .batch import Op, Row, definition_sha1
 from .failures import RECENT as RECENT_FAILURES
 from .failures import failure_json
+from .heartbeat import heartbeats
 from .keys import (
     CHANGED,
     DEFINITION,
@@ -237,14 +238,9 @@ class ScheduleStore:
     def forget_nodes_older_than(self, cutoff: float) -> None:
         """Drop heartbeats (``"<role> <epoch seconds>"``) older than ``cutoff``; one that
         cannot be read is dropped too."""
-        stale = []
-        for node, beat in self.nodes().items():
-            try:
-                seen = float(beat.rsplit(" ", 1)[-1])
-            except ValueError:
-                seen = float("-inf")
-            if not seen >= cutoff:  # NaN counts as stale
-                stale.append(node)
+        readable = heartbeats(fields := self.nodes())
+        stale = [node for node in fields
+                 if node not in readable or readable[node].at < cutoff]
         if stale:
             self.retry.call(lambda: self.client.hdel(self.keys.nodes, *stale))
 

@@ -1,0 +1,56 @@
+"""A scheduler's heartbeat as tick.lua writes it (``<prefix>:nodes``: node id ->
+``"<role> <epoch seconds>"``), read defensively.
+
+Any process can write that hash (an operator's ``HSET``, another release, a bug), and
+its readers are the probes supervisors act on: ``redbeat check``, ``redbeat status``,
+the /metrics gauges, the web view's Nodes page. So a field that does not read as a
+role and a finite, positive time is no heartbeat at all: its readers skip it (the
+leader's sweep deletes it), and the other nodes' heartbeats keep their meaning.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: The roles tick.lua writes.
+ROLES = frozenset({"leader", "standby"})
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    role: str
+    #: epoch seconds of the tick that wrote it (Redis's clock since tick.lua stamps it)
+    at: float
+
+    @classmethod
+    def parse(cls, text: object) -> Heartbeat | None:
+        """The heartbeat ``text`` holds, or None when it holds none."""
+        if not isinstance(text, str) or len(text) > 64:
+            return None
+        role, _, at = text.partition(" ")
+        if role not in ROLES:
+            return None
+        try:
+            seconds = float(at)
+        except ValueError:
+            return None
+        if not math.isfinite(seconds) or seconds <= 0:
+            return None
+        return cls(role, seconds)
+
+
+def readable_node(node: object) -> bool:
+    """Whether a node id can be shown (a page, a metric label, a log line): printable
+    text, which a non-UTF-8 field read back through ``surrogateescape`` is not."""
+    return isinstance(node, str) and 0 < len(node) <= 512 and node.isprintable()
+
+
+def heartbeats(fields: dict[str, str]) -> dict[str, Heartbeat]:
+    """The readable heartbeats of the nodes hash's ``fields``; the rest are left out."""
+    found = {}
+    for node, text in fields.items():
+        beat = Heartbeat.parse(text)
+        if beat is not None and readable_node(node):
+            found[node] = beat
+    return found
