@@ -162,6 +162,10 @@ def test_status_and_check(run, redis_server):
     assert f"pid {os.getpid()}" in status.output
     assert "quarantined: bad: definition: JSONDecodeError" in status.output
     assert "maxmemory-policy noeviction" in status.output
+    attention = run("check")  # beat leads; the quarantined entry needs an operator
+    assert attention.exit_code == 9 and "leads" in attention.output
+    assert "1 quarantined entry" in attention.output
+    run("delete", "bad")
     healthy = run("check")
     assert healthy.exit_code == 0 and "leads" in healthy.output
     scheduler.close()

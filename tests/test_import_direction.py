@@ -26,7 +26,7 @@ PURE_CORE = {"keys", "decoder", "schedules", "nexttime", "nextrun", "policy", "p
 #: Between the two: the core may import these, so they reach no edge either.
 BRIDGE = {"entry", "settings"}
 EDGES = {"store", "connection", "schedulers", "manage", "browse", "cli", "embedded", "lock",
-         "retry", "health", "metrics", "publish", "web", "__main__"}
+         "retry", "health", "metrics", "publish", "web", "__main__", "preflight"}
 #: Client libraries of the edges: the core talks to neither Redis nor a broker.
 IO_LIBRARIES = {"redis", "kombu"}
 

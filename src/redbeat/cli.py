@@ -7,7 +7,10 @@ Two ways in, one set of commands:
 
 Exit codes scripts can rely on: 0 done (or healthy), 1 unhealthy or failed,
 2 bad usage, 3 no such entry, 4 Redis unreachable, 5 invalid input, 6 Redis refused
-the credentials (authentication or ACL), 7 refused without --force (a static entry).
+the credentials (authentication or ACL), 7 refused without --force (a static entry),
+8 invalid settings (the app's or redbeat's: nothing was read or written), 9 `check`
+only: beat is healthy but entries need attention (quarantined or failing), 130
+interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from .lock import Holder, expiry_words
 from .nextrun import follows_app_zone, score_time
 from .nexttime import utc
 from .policy import EntryPolicy
+from .preflight import check_app
 from .retry import AUTH_ERRORS
 from .schedule_text import (
     as_options,
@@ -59,10 +63,10 @@ from .schedule_text import (
     zone_name_of,
 )
 from .schedules import clocked
-from .settings import ensure_conf
+from .settings import SettingError, ensure_conf
 
 EXIT_FAILED, EXIT_NOT_FOUND, EXIT_UNREACHABLE, EXIT_INVALID, EXIT_AUTH = 1, 3, 4, 5, 6
-EXIT_REFUSED = 7
+EXIT_REFUSED, EXIT_SETTINGS, EXIT_ATTENTION, EXIT_INTERRUPTED = 7, 8, 9, 130
 DEFAULT_TIMEOUT = 5.0
 SESSION = "redbeat.session"
 
@@ -83,6 +87,8 @@ class Session:
     def resolve(self) -> Celery:
         if self.app is None:
             base = self.celery_app if self.celery_app is not None else self._standalone()
+            if self.celery_app is not None:
+                check_app(base)  # before anything is read: exit 8, no entry blamed
             self.app = for_cli(base, self.url, self.prefix, self.timeout)
         return self.app
 
@@ -178,6 +184,8 @@ def command(fn: Callable[..., Any]) -> Callable[..., Any]:
             fail(str(exc), EXIT_NOT_FOUND)
         except Refused as exc:
             fail(str(exc), EXIT_REFUSED)
+        except SettingError as exc:  # before ValueError: a setting, not the command's input
+            fail(str(exc), EXIT_SETTINGS)
         except ZoneInfoNotFoundError as exc:  # a KeyError, but bad input, not a lookup
             fail(f"unknown time zone: {exc}", EXIT_INVALID)
         except KeyError as exc:  # a field of an export, a lookup in the input
@@ -774,6 +782,37 @@ _simple("run-now", _queue_run, "queued {name} as {result}",
         "<name>:run-now:<ms>; its schedule and run count are untouched.", guarded=False)
 
 
+@main.command("unquarantine")
+@click.argument("names", nargs=-1)
+@click.option("--all", "every", is_flag=True, help="Every quarantined entry.")
+@click.option("--pattern", default=None, help="Only quarantined entries whose name matches "
+                                               "this glob.")
+@click.option("--dry-run", is_flag=True, help="Say what would be released; change nothing.")
+@click.pass_context
+@command
+def unquarantine(ctx: click.Context, names: tuple[str, ...], every: bool, pattern: str | None,
+                 dry_run: bool) -> None:
+    """Lift the quarantine of the named entries, of those --pattern matches, or of --all:
+    each is saved again as it is and the leader schedules it at its next tick. One
+    whose own definition still cannot be read stays quarantined (listed, exit 5)."""
+    from fnmatch import fnmatchcase
+
+    if bool(names) + every + (pattern is not None) != 1:
+        raise click.UsageError("give entry names, --pattern or --all (one of them)")
+    outcome = manage.release_quarantined(
+        _app(ctx), names=names or None,
+        name_matches=(lambda name: fnmatchcase(name, pattern)) if pattern else None,
+        dry_run=dry_run, changed_by="cli")
+    would = "would release" if dry_run else "released"
+    for name in outcome.released:
+        click.echo(f"  {would} {_shown(name)}")
+    for name, reason in outcome.kept:
+        click.echo(f"  kept {_shown(name)}: {_shown(reason)}")
+    click.echo(f"{would} {len(outcome.released)}, still quarantined {len(outcome.kept)}")
+    if outcome.kept:
+        sys.exit(EXIT_INVALID)
+
+
 @main.command("export")
 @click.option("--format", "fmt", type=click.Choice(["json", "yaml"]), default="json",
               show_default=True, help="Output format (yaml needs PyYAML).")
@@ -894,7 +933,8 @@ def status_command(ctx: click.Context) -> None:
 def check_command(ctx: click.Context, host: str | None, pid: int | None,
                   max_age: float | None) -> None:
     """Health probe: exit 0 when this host's beat leads or stands by a live leader;
-    1 otherwise, Redis unreachable included (a probe has one failure code)."""
+    9 when it does but entries need attention (quarantined, or their last dispatch
+    was refused); 1 otherwise, Redis unreachable included."""
     try:
         result = health.check(_app(ctx), host=host, pid=pid, max_age=max_age)
     except AUTH_ERRORS as exc:
@@ -903,9 +943,13 @@ def check_command(ctx: click.Context, host: str | None, pid: int | None,
     except redis.exceptions.RedisError as exc:
         click.echo(f"unhealthy: Redis unreachable ({redact(str(exc))})")
         sys.exit(EXIT_FAILED)
-    click.echo(("healthy: " if result.healthy else "unhealthy: ") + result.reason)
     if not result.healthy:
+        click.echo("unhealthy: " + result.reason)
         sys.exit(EXIT_FAILED)
+    if result.attention:
+        click.echo(f"attention: {result.reason}; {_shown(result.attention)}")
+        sys.exit(EXIT_ATTENTION)
+    click.echo("healthy: " + result.reason)
 
 
 # -- redbeat web: the optional web view (redbeat.web, docs/web.md) ---------------------

@@ -13,28 +13,74 @@ from dataclasses import dataclass
 
 from celery import Celery
 
+from .entry import store_for
+from .failures import failing_summary
 from .lock import NO_EXPIRY, Holder, expiry_words
-from .manage import status
+from .manage import QUARANTINE_SAMPLE, Status, status
+from .settings import ensure_conf
 
 
 @dataclass(frozen=True)
 class Health:
     healthy: bool
     reason: str
+    #: quarantined entries (how many), and entries whose last dispatch was refused
+    #: (names, newest first, at most ``manage.QUARANTINE_SAMPLE``): a beat can be
+    #: healthy while entries of its schedule do not run
+    quarantined: int = 0
+    failing: tuple[str, ...] = ()
+    #: ``quarantined`` counts a sample: at least that many are
+    quarantined_at_least: bool = False
+
+    @property
+    def attention(self) -> str:
+        """The entries that need an operator, in words ("" when none)."""
+        parts = []
+        if self.quarantined:
+            parts.append(f"{'at least ' if self.quarantined_at_least else ''}"
+                         f"{self.quarantined} quarantined entr"
+                         f"{'y' if self.quarantined == 1 else 'ies'} "
+                         "(redbeat list --state quarantined; redbeat unquarantine --all)")
+        if self.failing:
+            shown = ", ".join(self.failing[:5]) + (", ..." if len(self.failing) > 5 else "")
+            parts.append(f"{len(self.failing)} failing ({shown}: redbeat list --state failing)")
+        return "; ".join(parts)
+
+
+def _entries_needing_attention(app: Celery, state: Status) -> tuple[int, bool, tuple[str, ...]]:
+    """How many entries are quarantined (and whether that is a lower bound), and which
+    are failing. The status read already holds the first parked entries with their
+    quarantine reasons: when it holds every parked entry, or found a quarantined one,
+    that answers "does any entry need attention" at a constant cost; only when it
+    found none and more entries are parked are those counted, inside Redis a window
+    of members per round trip."""
+    store = store_for(app)
+    quarantined, partial = len(state.quarantined), state.parked > QUARANTINE_SAMPLE
+    if partial and not quarantined:
+        quarantined, partial = store.count_quarantined(), False
+    summary = failing_summary(store.failure_rows(QUARANTINE_SAMPLE), ensure_conf(app).keys)
+    return quarantined, partial, tuple(name for name, _ in summary.failing)
 
 
 def check(app: Celery, host: str | None = None, pid: int | None = None,
           max_age: float | None = None, now: float | None = None) -> Health:
     """Healthy when a scheduler on ``host`` (this machine by default; ``pid`` narrows it)
     ticked within ``max_age`` seconds and is the lock holder, or a standby while another
-    node holds a live lock and ticks too."""
-    host = host or socket.gethostname()
+    node holds a live lock and ticks too. A healthy answer also says which entries
+    need attention (quarantined, failing)."""
     now = time.time() if now is None else now
-    from .settings import ensure_conf
+    state = status(app, now=now, upcoming=0)
+    result = _beat_health(app, state, host or socket.gethostname(), pid, max_age, now)
+    if not result.healthy:
+        return result
+    quarantined, at_least, failing = _entries_needing_attention(app, state)
+    return Health(True, result.reason, quarantined, failing, at_least)
 
+
+def _beat_health(app: Celery, state: Status, host: str, pid: int | None,
+                 max_age: float | None, now: float) -> Health:
     config = ensure_conf(app)
     max_age = max_age if max_age is not None else config.poll_interval * 3 + 2
-    state = status(app, now=now, upcoming=0)
     mine = {
         node: beat for node, beat in state.nodes.items()
         if Holder.parse(node).host == host and (pid is None or Holder.parse(node).pid == pid)

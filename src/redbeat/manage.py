@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -278,22 +278,28 @@ def _chunks(items: Iterator[tuple[str, float]], size: int) -> Iterator[list[tupl
         yield chunk
 
 
+def _read_entry(app: Celery, name: str) -> EntryInfo:
+    """One entry by name, without its history (one round trip)."""
+    key = ensure_conf(app).keys.entry(name)
+    fields, score, static = store_for(app).entry_record(key, name)
+    if not fields:
+        raise EntryNotFound(name)
+    return entry_info(app, key, score, fields, {name} if static else set())
+
+
 def get_entry(app: Celery, name: str) -> EntryInfo:
     """One entry by name; EntryNotFound (a KeyError) when there is no such entry."""
     config = ensure_conf(app)
-    key = config.keys.entry(name)
+    info = _read_entry(app, name)
     store = store_for(app)
-    fields, score, static = store.entry_record(key, name)
-    if not fields:
-        raise EntryNotFound(name)
-    info = entry_info(app, key, score, fields, {name} if static else set())
+    key = info.key
     want = config.history_length
     try:
         found = [stream_record(record_id, record) for record_id, record
                  in store.history(key, want, HISTORY_SCAN)] if want > 0 else []
     except HistoryUnreadable as exc:
         found, info.history_error = [], f"history stream unreadable: {exc}"
-    info.history = newest_first(found + legacy_history(fields), want)
+    info.history = newest_first(found + legacy_history(info.fields), want)
     return info
 
 
@@ -332,6 +338,77 @@ def edit_entry(app: Celery, name: str, changed_by: str = "python-api",
         policy=changes.get("policy", old.policy))
     entry.save(changed_by=changed_by)
     return entry
+
+
+@dataclass
+class Release:
+    """What :func:`release_quarantined` did, by name."""
+
+    #: quarantined entries saved again: the leader schedules them at its next tick
+    released: list[str] = field(default_factory=list)
+    #: quarantined entries left so, with why (their own definition still cannot be read,
+    #: or saving it failed)
+    kept: list[tuple[str, str]] = field(default_factory=list)
+
+
+def quarantined_entries(app: Celery, page: int = PAGE) -> Iterator[EntryInfo]:
+    """Every quarantined entry: only the parked band of the schedule is read (quarantine
+    parks an entry), ``page`` members with their hashes per round trip."""
+    store = store_for(app)
+    statics = store.static_names()
+    start = 0
+    while members := store.members(start, page, parked=True):
+        for key, score, fields in store.with_hashes(members):
+            if fields:
+                info = entry_info(app, key, score, fields, statics)
+                if info.state == "quarantined":
+                    yield info
+        start += len(members)
+
+
+def release_quarantined(app: Celery, names: Iterable[str] | None = None,
+                        name_matches: Callable[[str], bool] | None = None,
+                        dry_run: bool = False, changed_by: str = "python-api") -> Release:
+    """Lift the quarantine of every quarantined entry (or of those ``names`` lists, or
+    whose name ``name_matches`` accepts): each one whose definition reads is saved
+    again as it is, which clears its quarantine and gives it its score from its stored
+    last run, so the leader schedules it at its next tick (a slot missed meanwhile is
+    caught up or skipped by its misfire policy, as for an entry enabled again). An
+    entry that still cannot be read stays quarantined (its own fault), and is listed
+    with the reason. ``dry_run`` writes nothing and says what would be released.
+
+    A quarantine a fault of the app caused (a misspelled ``timezone`` in 2.4.2-era
+    data, or a schedule class the app could not import then) is lifted in one call once
+    the app is fixed. EntryNotFound for a name in ``names`` that is no entry."""
+    if names is None:
+        # names first, then each entry read again as it is released: saving moves an
+        # entry out of the parked band the scan pages through
+        names = [info.name for info in quarantined_entries(app)]
+    else:
+        names = list(dict.fromkeys(names))
+        for name in names:
+            _read_entry(app, name)  # EntryNotFound before anything is written
+    outcome = Release()
+    for name in names:
+        if name_matches is not None and not name_matches(name):
+            continue
+        try:
+            info = _read_entry(app, name)
+        except EntryNotFound:
+            continue  # deleted since the scan
+        if info.state != "quarantined":
+            continue
+        if info.entry is None:
+            outcome.kept.append((info.name, info.error or "unreadable"))
+            continue
+        if not dry_run:
+            try:
+                info.entry.save(changed_by=changed_by)
+            except (ValueError, OverflowError, ArithmeticError) as exc:
+                outcome.kept.append((info.name, f"saving it failed: {exc}"))
+                continue
+        outcome.released.append(info.name)
+    return outcome
 
 
 def delete_entry(app: Celery, name: str) -> None:
@@ -567,7 +644,8 @@ def status(app: Celery, now: float | None = None, upcoming: int = 5,
 
 
 __all__ = [
-    "EntryInfo", "EntryNotFound", "ImportPlan", "InvalidEntry", "Selection", "delete_entry",
+    "EntryInfo", "EntryNotFound", "ImportPlan", "InvalidEntry", "Release", "Selection",
+    "delete_entry", "quarantined_entries", "release_quarantined",
     "due_entries", "edit_entry", "entry_info", "export_entries", "get_entry", "import_entries",
     "iter_entries", "list_entries", "run_now", "select_entries", "set_enabled", "status",
 ]

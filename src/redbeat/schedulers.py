@@ -61,6 +61,7 @@ from .planning import (
     quarantine_reason,
     read_pending,
 )
+from .preflight import check_app
 from .retry import RetryingConnection, is_auth_error
 from .settings import (
     AT_LEAST_ONCE,
@@ -206,6 +207,7 @@ class RedBeatScheduler(Scheduler):
             overrides["lock_timeout"] = lock_timeout
         try:
             self.config: RedBeatConfig = dataclasses.replace(ensure_conf(app), **overrides)
+            check_app(app)  # a fault of the app's own, not to be blamed on each entry
         except SettingError as exc:  # one line naming each bad setting, not a traceback
             raise SystemExit(f"beat: {exc}") from None
         self.clock = clock

@@ -62,9 +62,9 @@ class SettingError(ValueError):
     """One or more settings have a value redbeat cannot use; the message names each
     (one per line), so a configuration mistake reads as one, not as a traceback."""
 
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("invalid redbeat settings: " + "; ".join(problems)
-                         if len(problems) > 1 else f"invalid redbeat setting: {problems[0]}")
+    def __init__(self, problems: list[str], kind: str = "redbeat") -> None:
+        super().__init__(f"invalid {kind} settings: " + "; ".join(problems)
+                         if len(problems) > 1 else f"invalid {kind} setting: {problems[0]}")
         self.problems = problems
 
 

@@ -1,0 +1,211 @@
+"""A fault of the app's own settings stops beat and the CLI at start, with one line and a
+non-zero exit, and blames no entry; a quarantine is lifted in bulk (Python and CLI);
+``redbeat check`` says when entries need attention, with its own exit code.
+
+Real ``celery beat`` and ``celery -A ... redbeat`` processes against a real redis-server
+where the point is what a user sees (exit codes, the log); the release in Python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from celery import Celery
+from click.testing import CliRunner
+
+from conftest import make_app
+from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
+from redbeat.cli import EXIT_ATTENTION, EXIT_SETTINGS, main
+from redbeat.entry import store_for
+from redbeat.manage import get_entry, release_quarantined
+from redbeat.planning import quarantine_reason
+from redbeat.preflight import UnrunnableApp, app_problems, check_app
+from redbeat.schedules import crontab
+from support.processes import Cluster, write_app
+
+TYPO = "Europe/Pariss"
+
+
+@pytest.mark.parametrize(("conf", "problem"), [
+    ({"timezone": "Europe/Paris"}, None),
+    ({"timezone": None, "enable_utc": True}, None),
+    ({"timezone": TYPO}, "timezone='Europe/Pariss' is not a time zone"),
+    ({"timezone": "UTC", "task_serializer": "jsn"}, "task_serializer='jsn' cannot encode"),
+    ({"timezone": "UTC", "task_compression": "zipp"}, "task_compression='zipp' is not a"),
+    ({"timezone": "UTC", "task_compression": "gzip"}, None),
+])
+def test_app_problems_name_the_setting(conf, problem):
+    app = Celery("preflight", set_as_current=False)
+    app.conf.update(conf)
+    found = app_problems(app)
+    if problem is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and found[0].startswith(problem), found
+        with pytest.raises(UnrunnableApp, match="invalid Celery setting: " + problem):
+            check_app(app)
+
+
+def entry_state(client, key: str) -> tuple[dict[str, str], float | None]:
+    return client.hgetall(key), client.zscore("redbeat::schedule", key)
+
+
+@pytest.mark.redis_server
+def test_beat_refuses_an_unknown_app_zone_in_one_line_and_changes_no_entry(tmp_path,
+                                                                           redis_server):
+    good = make_app(redis_server.url, timezone="Europe/Paris")
+    RedBeatSchedulerEntry("nine", "beatapp.record", crontab(minute=0, hour=9),
+                          app=good).save()
+    client = redis_server.client()
+    before = entry_state(client, "redbeat:nine")
+    cluster = Cluster(tmp_path, redis_server.url, redis_server.url, timezone=TYPO)
+    beat = cluster.beat("typo")
+    try:
+        assert beat.process.wait(60) == 1
+    finally:
+        cluster.stop()
+    log = beat.log()
+    assert ("beat: invalid Celery setting: timezone='Europe/Pariss' is not a time zone"
+            in log), log
+    assert "Traceback" not in log and "Leading" not in log
+    after = entry_state(client, "redbeat:nine")
+    assert after == before and "quarantine" not in after[0]
+    assert not client.exists("redbeat::lock")
+
+
+@pytest.mark.redis_server
+def test_the_celery_cli_refuses_an_unknown_app_zone_with_exit_8(tmp_path, redis_server):
+    write_app(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path),
+                                                         os.environ.get("PYTHONPATH", "")]),
+           "BEATAPP_CONF": json.dumps({"broker_url": redis_server.url, "timezone": TYPO,
+                                       "redbeat_redis_url": redis_server.url}),
+           "BEATAPP_RESULTS_URL": redis_server.url}
+    for args in (["list"], ["add", "x", "beatapp.record", "--cron", "0 9 * * *"],
+                 ["unquarantine", "--all"]):
+        result = subprocess.run([sys.executable, "-m", "celery", "-A", "beatapp", "redbeat",
+                                 *args], capture_output=True, text=True, timeout=120,
+                                cwd=tmp_path, env=env)
+        assert result.returncode == EXIT_SETTINGS, result.stderr
+        assert result.stderr.strip().splitlines() == [
+            "error: invalid Celery setting: timezone='Europe/Pariss' is not a time zone "
+            "(ZoneInfoNotFoundError); give an IANA name such as 'Europe/Paris' (every "
+            "entry without a zone of its own runs in it)"]
+    assert redis_server.client().keys("*") == []
+
+
+def quarantine_as_an_earlier_release_did(client, app: Celery, name: str) -> None:
+    """The record a tick of an earlier release wrote when the app's zone was misspelled:
+    the entry parked at -1 with the planner's reason."""
+    key = f"redbeat:{name}"
+    client.hset(key, "quarantine", quarantine_reason(
+        f"planning failed: ZoneInfoNotFoundError('No time zone found with key {TYPO}')",
+        datetime.now(timezone.utc), "old-node:1"))
+    client.zadd("redbeat::schedule", {key: -1})
+
+
+@pytest.mark.redis_server
+def test_a_bulk_release_lifts_every_quarantine_the_entries_did_not_cause(app, redis_server):
+    client = redis_server.client()
+    for number in range(7):
+        RedBeatSchedulerEntry(f"daily-{number}", "tasks.x", crontab(minute=0, hour=9),
+                              app=app).save()
+        quarantine_as_an_earlier_release_did(client, app, f"daily-{number}")
+    RedBeatSchedulerEntry("paused", "tasks.x", 60.0, app=app, enabled=False).save()
+    quarantine_as_an_earlier_release_did(client, app, "paused")
+    client.hset("redbeat:broken", mapping={"definition": "{not json",
+                                           "quarantine": '{"reason": "bad json"}'})
+    client.zadd("redbeat::schedule", {"redbeat:broken": -1})
+
+    preview = release_quarantined(app, dry_run=True)
+    assert sorted(preview.released) == sorted([f"daily-{n}" for n in range(7)] + ["paused"])
+    assert client.hexists("redbeat:daily-0", "quarantine")
+
+    done = release_quarantined(app)
+    assert sorted(done.released) == sorted(preview.released)
+    assert [name for name, _ in done.kept] == ["broken"]
+    for number in range(7):
+        info = get_entry(app, f"daily-{number}")
+        assert info.state == "enabled" and info.next_run is not None
+        assert info.next_run.astimezone(timezone.utc).minute == 0
+    assert get_entry(app, "paused").state == "disabled"  # released, still paused
+    assert get_entry(app, "broken").state == "quarantined"
+    assert release_quarantined(app).released == []
+
+
+@pytest.mark.redis_server
+def test_unquarantine_on_the_command_line(app, redis_server):
+    client = redis_server.client()
+    for name in ("report-a", "report-b", "other"):
+        RedBeatSchedulerEntry(name, "tasks.x", 60.0, app=app).save()
+        quarantine_as_an_earlier_release_did(client, app, name)
+    runner = CliRunner()
+    base = ["--url", redis_server.url]
+    usage = runner.invoke(main, [*base, "unquarantine"])
+    assert usage.exit_code == 2
+    missing = runner.invoke(main, [*base, "unquarantine", "nothing"])
+    assert missing.exit_code == 3
+    dry = runner.invoke(main, [*base, "unquarantine", "--pattern", "report-*", "--dry-run"])
+    assert dry.exit_code == 0 and "would release 2, still quarantined 0" in dry.output
+    assert client.hexists("redbeat:report-a", "quarantine")
+    some = runner.invoke(main, [*base, "unquarantine", "--pattern", "report-*"])
+    assert some.exit_code == 0 and "released 2, still quarantined 0" in some.output
+    assert not client.hexists("redbeat:report-b", "quarantine")
+    assert client.hexists("redbeat:other", "quarantine")
+    named = runner.invoke(main, [*base, "unquarantine", "other"])
+    assert named.exit_code == 0 and "released 1" in named.output
+    assert client.zscore("redbeat::schedule", "redbeat:other") > 0
+
+
+@pytest.mark.redis_server
+def test_check_exits_9_while_entries_are_quarantined_or_failing(app, redis_server):
+    client = redis_server.client()
+    RedBeatSchedulerEntry("fine", "tasks.x", 3600.0, app=app).save()
+    beat = RedBeatScheduler(app=app)
+    runner = CliRunner()
+    check = ["--url", redis_server.url, "check"]
+    try:
+        beat.tick()
+        healthy = runner.invoke(main, check)
+        assert healthy.exit_code == 0 and healthy.output.startswith("healthy:"), healthy.output
+        client.hset("redbeat:bad", mapping={"definition": "{", "quarantine":
+                                            '{"reason": "definition is not JSON"}'})
+        client.zadd("redbeat::schedule", {"redbeat:bad": -1})
+        beat.tick()
+        attention = runner.invoke(main, check)
+        assert attention.exit_code == EXIT_ATTENTION, attention.output
+        assert "1 quarantined entry" in attention.output
+        client.delete("redbeat:bad")
+        client.zrem("redbeat::schedule", "redbeat:bad")
+        # many parked entries before a quarantined one: counted past the status sample
+        for number in range(120):
+            RedBeatSchedulerEntry(f"a-paused-{number:03d}", "tasks.x", 60.0, app=app,
+                                  enabled=False).save()
+        client.hset("redbeat:z-bad", mapping={"definition": "{", "quarantine":
+                                              '{"reason": "definition is not JSON"}'})
+        client.zadd("redbeat::schedule", {"redbeat:z-bad": -1})
+        beat.tick()
+        late = runner.invoke(main, check)
+        assert late.exit_code == EXIT_ATTENTION and "1 quarantined entry" in late.output
+        client.delete("redbeat:z-bad")
+        client.zrem("redbeat::schedule", "redbeat:z-bad")
+        beat.tick()
+        assert runner.invoke(main, check).exit_code == 0
+        store_for(app).record_failure("redbeat:fine", "fine:1", "queue refused", "n:1")
+        failing = runner.invoke(main, check)
+        assert failing.exit_code == EXIT_ATTENTION, failing.output
+        assert "1 failing (fine:" in failing.output
+    finally:
+        beat.close()
+
+
+def test_the_exit_codes_are_documented():
+    text = (Path(__file__).parent.parent / "docs" / "cli.md").read_text()
+    for code, meaning in ((8, "invalid settings"), (9, "need attention"), (130, "Ctrl-C")):
+        assert f"| {code} |" in text and meaning in text, (code, meaning)
