@@ -30,7 +30,7 @@ import click
 import redis.exceptions
 from celery import Celery
 
-from . import __version__, guards, health, legacy, manage
+from . import __version__, guards, health, legacy, manage, migrate
 from .connection import CLIENT_ATTRIBUTE, OWN_OPTIONS, redact
 from .entry import (
     CACHE_ATTRIBUTE,
@@ -835,28 +835,54 @@ def export_command(ctx: click.Context, fmt: str, quiet: bool) -> None:
 
 
 @main.command("import")
-@click.argument("source", type=click.File("r"))
+@click.argument("source", required=False)
+@click.option("--from", "kind", type=click.Choice(["redbeat", "django-celery-beat", "shelve"]),
+              default="redbeat", show_default=True,
+              help="What SOURCE is: a redbeat export, django-celery-beat's database, or "
+                   "the celerybeat-schedule file of Celery's default scheduler.")
+@click.option("--database", default=None, metavar="URL",
+              help="django-celery-beat's database: sqlite:///path or "
+                   "postgresql://user:password@host/db (default: the Django project's, "
+                   "from DJANGO_SETTINGS_MODULE).")
 @click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
 @click.option("--prune", is_flag=True, help="Delete entries the file does not have.")
+@click.option("--overwrite", is_flag=True,
+              help="--from django-celery-beat/shelve: also replace entries changed here "
+                   "since they were imported.")
 @click.option("--quiet", "-q", is_flag=True, help="Only the summary, not a line per entry.")
 @click.option("--force", is_flag=True, help="Write over or prune static entries anyway.")
 @click.pass_context
 @command
-def import_command(ctx: click.Context, source: Any, dry_run: bool, prune: bool, quiet: bool,
+def import_command(ctx: click.Context, source: str | None, kind: str, database: str | None,
+                   dry_run: bool, prune: bool, overwrite: bool, quiet: bool,
                    force: bool) -> None:
     """Write the entries of an export (JSON or YAML) from SOURCE, a file or - for
     standard input; entries already equal are kept. Prints how many entries were
-    created, updated, unchanged and pruned, then (unless --quiet) one line per change."""
-    text = source.read()
+    created, updated, unchanged and pruned, then (unless --quiet) one line per change.
+
+    With --from django-celery-beat (its tables, --database) or --from shelve SOURCE (a
+    celerybeat-schedule file), another scheduler's periodic tasks are imported instead:
+    entries already equal are kept, and so are entries changed here since an earlier
+    import (unless --overwrite); what could not be carried is listed (exit 5)."""
+    if kind != "redbeat":
+        _import_foreign(ctx, kind, source, database, dry_run, overwrite, quiet, force)
+        return
+    if source is None:
+        raise click.UsageError("give SOURCE, an export file or - for standard input")
+    if database is not None or overwrite:
+        raise click.UsageError("--database and --overwrite go with --from "
+                               "django-celery-beat or shelve")
+    with click.open_file(source) as stream:
+        text = stream.read()
     try:
         document = json.loads(text)
     except ValueError:
         try:
             document = _yaml().safe_load(text)
         except Exception as exc:
-            raise ValueError(f"{source.name} is neither JSON nor YAML: {exc}") from exc
+            raise ValueError(f"{source} is neither JSON nor YAML: {exc}") from exc
     if not isinstance(document, dict):
-        raise ValueError(f"{source.name} is not a redbeat export")
+        raise ValueError(f"{source} is not a redbeat export")
     plan = manage.import_entries(
         _app(ctx), document, dry_run=dry_run, prune=prune,
         before_write=lambda plan: _guard_statics(ctx, plan.changed, force, dry_run))
@@ -871,6 +897,56 @@ def import_command(ctx: click.Context, source: Any, dry_run: bool, prune: bool, 
     for mark, names in (("+", plan.created), ("~", plan.updated), ("-", plan.pruned)):
         for name in names:
             click.echo(f"  {mark} {_shown(name)}")
+
+
+def _import_foreign(ctx: click.Context, kind: str, source: str | None, database: str | None,
+                    dry_run: bool, overwrite: bool, quiet: bool, force: bool) -> None:
+    """``import --from django-celery-beat`` / ``--from shelve``: read, plan, guard the
+    statics as every change does, write, report."""
+    app = _app(ctx)
+    read, statics = _foreign_source(ctx, kind, source, database)
+    plan = migrate.import_foreign(app, read(migrate.ForeignPlan()), dry_run=True,
+                                  overwrite=overwrite, statics=statics)
+    _guard_statics(ctx, [name for name in plan.written if name not in statics], force,
+                   dry_run)
+    if not dry_run:
+        plan = migrate.import_foreign(app, read(migrate.ForeignPlan()), overwrite=overwrite,
+                                      statics=statics)
+    _report_foreign(plan, dry_run, quiet)
+    if plan.refused:
+        raise SystemExit(EXIT_INVALID)
+
+
+def _foreign_source(ctx: click.Context, kind: str, source: str | None, database: str | None
+                    ) -> tuple[Callable[[migrate.ForeignPlan], list[Any]], set[str]]:
+    """How to read the source's records (read once, converted per pass), and the names
+    written as statics: for a shelve, the app's own ``beat_schedule`` entries."""
+    if kind == "shelve":
+        if source is None:
+            raise click.UsageError("give SOURCE, the celerybeat-schedule file")
+        entries = migrate.shelve_entries(source)
+        celery_app = _session(ctx).celery_app
+        configured = set(celery_app.conf.beat_schedule or {}) if celery_app else set()
+        return (lambda plan: migrate.shelve_records(entries, plan)), configured
+    if source is not None:
+        raise click.UsageError("--from django-celery-beat reads --database, not SOURCE")
+    rows = migrate.django_celery_beat_rows(database)
+    return (lambda plan: migrate.records_of(rows, plan)), set()
+
+
+def _report_foreign(plan: migrate.ForeignPlan, dry_run: bool, quiet: bool) -> None:
+    would = "would " if dry_run else ""
+    click.echo(f"{would}create {len(plan.created)}, {would}update {len(plan.updated)}, "
+               f"unchanged {len(plan.unchanged)}, kept {len(plan.kept)} (changed here since; "
+               f"--overwrite replaces them), not carried {len(plan.refused)}")
+    if not quiet:
+        for mark, names in (("+", plan.created), ("~", plan.updated), ("=", plan.kept)):
+            for name in names:
+                click.echo(f"  {mark} {_shown(name)}")
+                for note in plan.notes.get(name, []):
+                    click.echo(f"      {_shown(note)}")
+    for name, reason in sorted(plan.refused.items()):
+        click.echo(f"  ! {_shown(name)}: not carried: {_shown(reason)}", err=True)
 
 
 def _yaml() -> Any:
