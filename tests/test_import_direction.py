@@ -22,11 +22,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "src" / "redbeat"
 
 PURE_CORE = {"keys", "decoder", "schedules", "nexttime", "nextrun", "policy", "planning",
              "batch", "failures", "schedule_text", "guards", "entry_fields", "legacy",
-             "run_buckets", "heartbeat", "foreign"}
+             "run_buckets", "heartbeat", "foreign",
+             "runs"}
 #: Between the two: the core may import these, so they reach no edge either.
 BRIDGE = {"entry", "settings"}
 EDGES = {"store", "connection", "schedulers", "manage", "browse", "cli", "embedded", "lock",
-         "retry", "health", "metrics", "publish", "web", "__main__", "preflight", "migrate"}
+         "retry", "health", "metrics", "publish", "web", "__main__", "preflight", "migrate",
+         "worker"}
 #: Client libraries of the edges: the core talks to neither Redis nor a broker.
 IO_LIBRARIES = {"redis", "kombu"}
 

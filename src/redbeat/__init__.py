@@ -1,5 +1,6 @@
 """redbeat: a Celery beat scheduler that keeps the schedule in Redis."""
 
+from . import worker as _worker  # noqa: F401  (connects worker_init: docs/outcomes.md)
 from .entry import RedBeatSchedulerEntry
 from .schedulers import RedBeatScheduler
 

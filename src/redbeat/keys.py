@@ -27,6 +27,9 @@ MISFIRES = "misfires"
 #: Dispatches Celery or the broker refused (see lua/failure.lua): a count, the last
 #: one and a few recent ones, each with its reason and time.
 FAILURES = "failures"
+#: The entry's latest run as the workers (and, for entries whose policy watches runs,
+#: beat) reported it: one JSON object, read by :mod:`redbeat.runs` (see docs/outcomes.md).
+RUN = "run"
 
 
 #: A schedule-set score that no tick ever selects (ticks read from score 0 up).
@@ -75,6 +78,19 @@ class KeyLayout:
         return f"{self.prefix}:history"
 
     @property
+    def outcomes(self) -> str:
+        """Stream of run outcomes reported by workers with ``redbeat_worker_outcomes``
+        (entry key, task id, due time, outcome, runtime, worker, error line), capped like
+        the history stream: what ``show``, ``check`` and the metrics read."""
+        return f"{self.prefix}:outcomes"
+
+    @property
+    def failing_runs(self) -> str:
+        """Sorted set of the entries whose latest runs failed: entry key -> how many in a
+        row (a success removes it), so ``check`` finds them in one command."""
+        return f"{self.prefix}:failing-runs"
+
+    @property
     def nodes(self) -> str:
         """Hash of scheduler heartbeats: node id -> "<role> <epoch seconds>"."""
         return f"{self.prefix}:nodes"
@@ -111,7 +127,8 @@ class KeyLayout:
         (an entry ``:lock`` would turn the lock into a hash no node can ever take)."""
         return frozenset({self.schedule, self.statics, self.pending, self.held_definitions,
                           self.nodes, self.lock, self.failing, self.view_by_name,
-                          self.view_by_last_run, self.view_timeline, self.history})
+                          self.view_by_last_run, self.view_timeline, self.history,
+                          self.outcomes, self.failing_runs})
 
     @cached_property
     def types(self) -> dict[str, str]:
@@ -121,7 +138,8 @@ class KeyLayout:
                 self.held_definitions: "hash", self.nodes: "hash", self.lock: "string",
                 self.failing: "zset", self.view_by_name: "zset",
                 self.view_by_last_run: "zset", self.view_timeline: "string",
-                self.history: "stream"}
+                self.history: "stream", self.outcomes: "stream",
+                self.failing_runs: "zset"}
 
     def is_entry_key(self, key: str) -> bool:
         """Whether ``key`` can hold an entry of this schedule: under the prefix and not

@@ -39,6 +39,10 @@ DEFAULT_HISTORY_LENGTH = 10
 #: Dispatch records the schedule's history stream keeps (about 80 bytes each): under
 #: 1 MB in all, whatever the number of entries.
 DEFAULT_HISTORY_STREAM_LENGTH = 10_000
+#: Seconds a run that beat dispatched may go without a report from a worker (queued,
+#: started, retried) before it counts as lost: an entry whose policy waits for its runs
+#: (``overlap``, ``relative_to``) is then released (see docs/outcomes.md).
+DEFAULT_LOST_AFTER = 3600.0
 AT_LEAST_ONCE = "at-least-once"
 AT_MOST_ONCE = "at-most-once"
 
@@ -55,6 +59,7 @@ KNOWN_SETTINGS = frozenset({
     "redbeat_misfire_grace_time", "redbeat_publish_timeout",
     "redbeat_metrics_port", "redbeat_metrics_address",
     "redbeat_web_token", "redbeat_web_user", "redbeat_web_password",
+    "redbeat_worker_outcomes", "redbeat_lost_after",
 })
 
 
@@ -283,6 +288,9 @@ SETTINGS = (
     Setting("history_stream_length", ("redbeat_history_stream_length",), _count,
             DEFAULT_HISTORY_STREAM_LENGTH),
     Setting("misfire_grace_time", ("redbeat_misfire_grace_time",), _grace, None),
+    # the workers' side: outcomes recorded, and how long a silent run stays "running"
+    Setting("worker_outcomes", ("redbeat_worker_outcomes",), _flag, False),
+    Setting("lost_after", ("redbeat_lost_after",), _seconds, DEFAULT_LOST_AFTER),
     Setting("delivery", ("redbeat_delivery",), _delivery, AT_LEAST_ONCE, True),
     Setting("deterministic_task_ids", ("redbeat_deterministic_task_ids",), _flag, True),
     Setting("exit_on_lock_loss", ("redbeat_exit_on_lock_loss",), _flag, False),
@@ -339,6 +347,10 @@ class RedBeatConfig:
     history_stream_length: int = UNSET
     refuse_evicting_redis: bool = UNSET
     misfire_grace_time: float | None = UNSET
+    #: Whether this app's workers record the outcomes of beat's runs (redbeat.worker).
+    worker_outcomes: bool = UNSET
+    #: Default seconds a dispatched run may stay silent before it counts as lost.
+    lost_after: float = UNSET
     redis_url_is_fallback: bool = UNSET
     #: Port of beat's Prometheus endpoint (None: no endpoint), and the address it binds.
     metrics_port: int | None = UNSET

@@ -200,7 +200,7 @@ class ScheduleStore:
             name: client.register_script(load_script(name))
             for name in ("tick", "commit", "confirm", "hold", "read_statics", "sync_statics",
                          "release", "extend", "sweep", "failure", "view_metas",
-                         "count_quarantined", "view_match", "band_entries")
+                         "count_quarantined", "view_match", "band_entries", "outcome")
         }
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Reply:
@@ -567,16 +567,26 @@ class ScheduleStore:
         first, as (record id, fields): the stream read backwards a page at a time (one
         round trip each), through at most ``scan`` records. HistoryUnreadable when Redis
         refuses the read: the history is advisory, the entry itself still readable."""
-        try:
-            return self._history(key, want, scan, page)
-        except ResponseError as exc:  # another type at the key, or no XREVRANGE in the ACL
-            raise HistoryUnreadable(f"{self.keys.history}: {exc}") from exc
+        return self._entry_records(self.keys.history, key, want, scan, page)
 
-    def _history(self, key: str, want: int, scan: int,
-                 page: int) -> list[tuple[str, dict[str, str]]]:
+    def outcomes(self, key: str, want: int, scan: int,
+                 page: int = 1000) -> list[tuple[str, dict[str, str]]]:
+        """The newest ``want`` run outcomes of the entry at ``key`` (the outcomes stream
+        the workers append to), read as :meth:`history` reads dispatches."""
+        return self._entry_records(self.keys.outcomes, key, want, scan, page)
+
+    def _entry_records(self, stream: str, key: str, want: int, scan: int,
+                       page: int) -> list[tuple[str, dict[str, str]]]:
+        try:
+            return self._newest_of(stream, key, want, scan, page)
+        except ResponseError as exc:  # another type at the key, or no XREVRANGE in the ACL
+            raise HistoryUnreadable(f"{stream}: {exc}") from exc
+
+    def _newest_of(self, stream: str, key: str, want: int, scan: int,
+                   page: int) -> list[tuple[str, dict[str, str]]]:
         def read_page(first: str, count: int) -> list[tuple[str, dict[str, str]]]:
             return self.retry.call(
-                lambda: self.client.xrevrange(self.keys.history, first, "-", count=count))
+                lambda: self.client.xrevrange(stream, first, "-", count=count))
 
         found: list[tuple[str, dict[str, str]]] = []
         start, read = "+", 0
@@ -593,6 +603,50 @@ class ScheduleStore:
                 break  # the oldest record
             start = batch[-1][0]
         return found[:want]
+
+    # -- run outcomes: what the workers report (redbeat.worker) ---------------------------
+
+    def report_run(self, key: str, kind: str, report: dict[str, Any], keep: int,
+                   lost_after: float) -> str:
+        """One report of a worker about a run beat dispatched (lua/outcome.lua): ``kind``
+        'start' or 'finish'; ``report`` task_id, due_ms, state, and worker, runtime, error
+        when known. Returns what was written ('run', 'stale', 'gone'). One round trip."""
+        reply = self._run("outcome", [key, self.keys.outcomes, self.keys.failing_runs,
+                                      self.keys.schedule],
+                          [kind, json.dumps(report, ensure_ascii=False), keep,
+                           repr(float(lost_after))])
+        return str(reply.payload[0])
+
+    def append_outcomes(self, reports: Sequence[tuple[str, dict[str, Any]]],
+                        keep: int) -> None:
+        """Runs beat gave up on (their ``run`` field already written by the commit): one
+        outcome record each and their failed-run counts, in one pipeline."""
+        if not reports:
+            return
+        script = self._scripts["outcome"]
+
+        def send() -> None:
+            with self.client.pipeline(transaction=False) as pipe:
+                for key, report in reports:
+                    script(keys=[key, self.keys.outcomes, self.keys.failing_runs,
+                                 self.keys.schedule],
+                           args=["append", json.dumps(report, ensure_ascii=False), keep, "0"],
+                           client=pipe)
+                pipe.execute()
+        self.retry.call(send)
+
+    def failing_runs(self, at_least: int) -> list[tuple[str, int]]:
+        """Entries whose last ``at_least`` runs (or more) failed, with how many in a row."""
+        rows = self.retry.call(lambda: self.client.zrangebyscore(
+            self.keys.failing_runs, at_least, "+inf", withscores=True))
+        return [(key, int(count)) for key, count in rows]
+
+    def outcomes_after(self, last_id: str, count: int) -> list[tuple[str, dict[str, str]]]:
+        """Outcome records appended after ``last_id`` ('0' for all kept), oldest first,
+        at most ``count``: what the metrics fold into their counters at a scrape."""
+        batch = self.retry.call(lambda: self.client.xrange(self.keys.outcomes, last_id, "+",
+                                                           count=count + 1))
+        return [record for record in batch if record[0] != last_id][:count]
 
     def due_rows(self, now: float, limit: int) -> list[tuple[str, str | None, str | None]]:
         """Key, definition and meta of up to ``limit`` entries due at ``now``."""

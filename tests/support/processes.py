@@ -22,6 +22,9 @@ import redis
 
 EXECUTIONS = "e2e:executions"
 PUBLISHED = "e2e:published"
+#: start and end of each run of beatapp.sleep; while HANG exists, sleep(-1) runs on
+SPANS = "e2e:spans"
+HANG = "e2e:hang"
 
 APP_SOURCE = f'''
 import json, os, time
@@ -52,6 +55,32 @@ def record(self, tag="", *args, **kwargs):
 @app.task(bind=True, name="beatapp.routed")  # for task_routes to route on its own
 def routed(self, tag="", *args, **kwargs):
     _record(self.request, tag, args, kwargs)
+
+
+@app.task(bind=True, name="beatapp.fail")
+def fail(self, tag="", *args, **kwargs):
+    _record(self.request, tag, args, kwargs)
+    raise ValueError(f"boom {{tag}}")
+
+
+@app.task(bind=True, name="beatapp.flaky", max_retries=3)
+def flaky(self, tag="", *args, **kwargs):  # fails its first attempt, then succeeds
+    _record(self.request, tag, args, kwargs)
+    if not self.request.retries:
+        raise self.retry(exc=RuntimeError("not yet"), countdown=0)
+
+
+@app.task(bind=True, name="beatapp.sleep")
+def sleep(self, tag="", seconds=1.0, *args, **kwargs):
+    """Runs ``seconds``, or while the key ``{HANG}`` exists (at most two minutes) when
+    ``seconds`` is negative; its start and end go to the ``{SPANS}`` list."""
+    started = time.time()
+    _record(self.request, tag, (seconds, *args), kwargs)
+    deadline = started + (seconds if seconds >= 0 else 120)
+    while time.time() < deadline and (seconds >= 0 or _results.exists("{HANG}")):
+        time.sleep(0.05)
+    _results.rpush("{SPANS}", json.dumps({{"id": self.request.id, "tag": tag,
+                                           "start": started, "end": time.time()}}))
 
 
 if remote_task:  # a task the worker knows and beat does not: beat calls send_task for it

@@ -1,0 +1,101 @@
+"""lua/outcome.lua on a real Redis: what a worker's reports write (the entry's ``run``
+field, the outcomes stream, the failed-runs count), and the rules that keep them true
+when reports arrive late, twice, or for an entry that is gone."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from redbeat import RedBeatSchedulerEntry
+from redbeat.entry import store_for
+from redbeat.keys import RUN
+from redbeat.runs import RunRecord
+
+pytestmark = pytest.mark.redis_server
+
+
+@pytest.fixture
+def entry(app):
+    RedBeatSchedulerEntry("job", "tasks.job", 60, app=app).save()
+    return "redbeat:job"
+
+
+def report(store, kind, due_ms, state, lost_after=3600.0, **details):
+    return store.report_run("redbeat:job", kind, {"task_id": f"job:{due_ms}", "due_ms": due_ms,
+                                                  "state": state, **details}, 100, lost_after)
+
+
+def run(client) -> RunRecord:
+    record = RunRecord.parse(client.hget("redbeat:job", RUN))
+    assert record is not None
+    return record
+
+
+def outcomes(client) -> list[tuple[str, str]]:
+    return [(fields["task_id"], fields["outcome"])
+            for _, fields in client.xrange("redbeat::outcomes")]
+
+
+def test_a_run_is_recorded_started_then_finished(app, entry):
+    store, client = store_for(app), store_for(app).client
+    assert report(store, "start", 1000, "running", worker="w@h") == "run"
+    started = run(client)
+    assert (started.state, started.worker, started.finished) == ("running", "w@h", None)
+    assert report(store, "finish", 1000, "failure", runtime=0.25, error="ValueError: x") == "run"
+    done = run(client)
+    assert (done.state, done.runtime, done.error, done.started) == (
+        "failure", 0.25, "ValueError: x", started.started)
+    assert done.finished >= started.started
+    assert outcomes(client) == [("job:1000", "failure")]
+    assert client.zscore("redbeat::failing-runs", entry) == 1
+    report(store, "start", 2000, "running")
+    report(store, "finish", 2000, "success")
+    assert client.zscore("redbeat::failing-runs", entry) is None
+    assert run(client).runtime is not None  # from its start, when the worker gave none
+
+
+def test_a_late_report_of_an_older_run_goes_to_the_stream_only(app, entry):
+    store, client = store_for(app), store_for(app).client
+    report(store, "start", 2000, "running")
+    assert report(store, "finish", 1000, "success") == "stale"
+    assert run(client).due_ms == 2000 and run(client).state == "running"
+    assert outcomes(client) == [("job:1000", "success")]
+
+
+def test_a_silent_run_is_lost_when_a_later_one_starts_after_its_bound(app, entry):
+    store, client = store_for(app), store_for(app).client
+    report(store, "start", 1000, "running")
+    report(store, "start", 2000, "running", lost_after=3600)  # within its bound: overlap
+    assert outcomes(client) == []
+    report(store, "start", 3000, "running", lost_after=0)
+    assert outcomes(client) == [("job:2000", "lost")]
+    assert client.zscore("redbeat::failing-runs", entry) == 1
+
+
+def test_a_run_delivered_again_records_its_first_attempt_as_lost(app, entry):
+    store, client = store_for(app), store_for(app).client
+    report(store, "start", 1000, "running", worker="a")
+    report(store, "start", 1000, "running", worker="b")
+    assert outcomes(client) == [("job:1000", "lost")]
+    assert run(client).worker == "b"
+
+
+def test_a_run_beat_waits_for_lowers_the_entry_score_when_it_ends(app, entry):
+    store, client = store_for(app), store_for(app).client
+    client.hset(entry, RUN, json.dumps({"task_id": "job:1000", "due_ms": 1000,
+                                        "state": "queued", "at": 1, "wake": True}))
+    client.zadd("redbeat::schedule", {entry: 4e9})
+    report(store, "start", 1000, "running")
+    assert run(client).wake and client.zscore("redbeat::schedule", entry) == 4e9
+    report(store, "finish", 1000, "retry")
+    assert client.zscore("redbeat::schedule", entry) == 4e9  # a retry goes on
+    report(store, "finish", 1000, "success")
+    assert client.zscore("redbeat::schedule", entry) < 4e9 and not run(client).wake
+
+
+def test_nothing_is_written_for_an_entry_that_is_gone(app):
+    store = store_for(app)
+    assert report(store, "start", 1000, "running") == "gone"
+    assert not store.client.exists("redbeat:job", "redbeat::outcomes")
