@@ -12,7 +12,8 @@ import pytest
 
 from conftest import make_app
 from redbeat import RedBeatScheduler
-from redbeat.connection import RedisConfigError, build_client, redact
+from redbeat.connection import RedisConfigError, build_client
+from redbeat.redaction import redact
 from redbeat.schedulers import get_redis
 from redbeat.settings import RedBeatConfig
 from support.redis_server import RedisServer, free_port

@@ -31,7 +31,8 @@ import redis.exceptions
 from celery import Celery
 
 from . import __version__, guards, health, legacy, manage, migrate
-from .connection import CLIENT_ATTRIBUTE, OWN_OPTIONS, redact
+from .connection import CLIENT_ATTRIBUTE, OWN_OPTIONS
+from .redaction import redact
 from .entry import (
     CACHE_ATTRIBUTE,
     STORE_ATTRIBUTE,

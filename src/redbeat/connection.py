@@ -18,6 +18,7 @@ from celery import Celery
 from redis.cluster import ClusterNode
 from redis.sentinel import Sentinel
 
+from .redaction import redact
 from .retry import RetryingConnection
 from .settings import RedBeatConfig, ensure_conf
 
@@ -203,27 +204,3 @@ def unwrapped(client: Any) -> Any:
     """The redis-py client behind a :class:`RetryingConnection` (the store retries by
     itself and needs the real client's type and scripts)."""
     return getattr(client, "wrapped_connection", client)
-
-
-def redact(url: str) -> str:
-    """The URL without its passwords, for logs and errors: every part of Celery's
-    ``sentinel://:pw@h1;sentinel://:pw@h2`` form, and text that does not parse as a URL
-    at all is cut at its last ``@``."""
-    return ";".join(_redact_one(part) for part in url.split(";"))
-
-
-def _redact_one(url: str) -> str:
-    try:
-        parsed = urlparse(url)
-        password = parsed.password
-    except ValueError:
-        password = None
-        parsed = None
-    if parsed is not None and password:
-        netloc = parsed.netloc.rpartition("@")
-        user = netloc[0].partition(":")[0]
-        return parsed._replace(netloc=f"{user}:***@{netloc[2]}").geturl()
-    if "@" in url and "://" in url:
-        scheme, _, rest = url.partition("://")
-        return f"{scheme}://***@{rest.rpartition('@')[2]}"
-    return url

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis.exceptions
+
+from .redaction import redact
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -101,10 +103,11 @@ class Outage:
                 logger.error("beat: Redis refused the credentials (%s: %s): a configuration "
                              "error, not an outage; check the username and password of "
                              "redbeat_redis_url / redbeat_redis_options. Trying again each "
-                             "poll, logged at growing intervals", type(error).__name__, error)
+                             "poll, logged at growing intervals", type(error).__name__,
+                             redact(str(error)))
             else:
                 logger.warning("beat: Redis unavailable (%s: %s); retrying, logged again at "
-                               "growing intervals", type(error).__name__, error)
+                               "growing intervals", type(error).__name__, redact(str(error)))
             return
         self.attempts += 1
         elapsed = now - self.started
@@ -114,10 +117,11 @@ class Outage:
             self._reports += 1
             if self.auth:
                 logger.error("beat: Redis still refuses the credentials after %s (%d attempts): "
-                             "%s", _duration(elapsed), self.attempts, error)
+                             "%s", _duration(elapsed), self.attempts, redact(str(error)))
             else:
                 logger.warning("beat: Redis still unavailable after %s (%d attempts): %s: %s",
-                               _duration(elapsed), self.attempts, type(error).__name__, error)
+                               _duration(elapsed), self.attempts, type(error).__name__,
+                               redact(str(error)))
 
     def ended(self) -> None:
         """A round trip succeeded: log the end of an outage, if one was under way."""

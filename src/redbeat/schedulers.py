@@ -38,7 +38,7 @@ from kombu.exceptions import OperationalError
 from kombu.utils.objects import cached_property
 
 from . import decoder, metrics, publish
-from .connection import CLIENT_ATTRIBUTE, get_redis, redact
+from .connection import CLIENT_ATTRIBUTE, get_redis
 from .entry import (
     InvalidEntry,
     RedBeatSchedulerEntry,
@@ -50,6 +50,7 @@ from .entry import (
 from .keys import PARKED_SCORE, QUARANTINE
 from .lock import NO_EXPIRY, Holder, Lease, expiry_words
 from .nextrun import next_run, score_of
+from .redaction import redact
 from .planning import (
     Claim,
     PendingMessage,
@@ -286,7 +287,7 @@ class RedBeatScheduler(Scheduler):
         except redis.exceptions.RedisError as exc:
             if not is_auth_error(exc):  # a refused password is logged as such, by the outage
                 logger.error("beat: Redis at %s unreachable at start (%s); will keep trying",
-                             redact(self.config.redis_url), exc)
+                             redact(self.config.redis_url), redact(str(exc)))
             self.store.retry.outage.failed(exc, quiet=not is_auth_error(exc))
             self._redis_down = True  # checked, and "Redis is back" logged, when it answers
             return
@@ -605,7 +606,7 @@ class RedBeatScheduler(Scheduler):
                 logger.error("beat: %s; nothing is sent", unsupported)
             else:
                 logger.error("beat: Redis unavailable (%s); standing by until it returns",
-                             exc)
+                             redact(str(exc)))
         # counted in the outage, which logs it again at growing intervals (and a refused
         # password as the configuration error it is), never once per tick
         self.store.retry.outage.failed(exc, quiet=not is_auth_error(exc))

@@ -20,7 +20,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
 from .. import browse, manage
-from ..connection import redact
+from ..redaction import redact
 from ..entry import InvalidEntry
 from ..failures import Failures, read_failures
 from ..keys import MISFIRES
