@@ -74,7 +74,8 @@ def test_members_outside_the_prefix_or_naming_internal_keys_are_removed_untouche
     assert client.type("redbeat::lock") == "string"  # still the lock, not a hash
 
 
-@pytest.mark.parametrize("name", [":lock", ":nodes", ":pending", ":schedule", ":statics"])
+@pytest.mark.parametrize("name", [":lock", ":nodes", ":pending", ":schedule", ":statics",
+                                  ":view:by-last-run:building"])
 def test_entry_names_that_are_internal_keys_are_refused(app, name):
     with pytest.raises(ValueError, match="reserved"):
         RedBeatSchedulerEntry(name, "tasks.x", 10.0, app=app).save()

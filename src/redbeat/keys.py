@@ -108,6 +108,12 @@ class KeyLayout:
         return f"{self.prefix}:view:by-last-run"
 
     @property
+    def view_by_last_run_building(self) -> str:
+        """The scratch sorted set ``view_by_last_run`` is built in, a chunk at a time,
+        then renamed over the view (readers never see half a view)."""
+        return f"{self.view_by_last_run}:building"
+
+    @property
     def view_timeline(self) -> str:
         """A short-lived string: the web view's last computed timeline (runs per minute
         over the next 24 hours, as JSON), so a page load does not recompute it."""
@@ -127,8 +133,9 @@ class KeyLayout:
         (an entry ``:lock`` would turn the lock into a hash no node can ever take)."""
         return frozenset({self.schedule, self.statics, self.pending, self.held_definitions,
                           self.nodes, self.lock, self.failing, self.view_by_name,
-                          self.view_by_last_run, self.view_timeline, self.history,
-                          self.outcomes, self.failing_runs})
+                          self.view_by_last_run, self.view_by_last_run_building,
+                          self.view_timeline, self.history, self.outcomes,
+                          self.failing_runs})
 
     @cached_property
     def types(self) -> dict[str, str]:
@@ -137,9 +144,9 @@ class KeyLayout:
         return {self.schedule: "zset", self.statics: "set", self.pending: "hash",
                 self.held_definitions: "hash", self.nodes: "hash", self.lock: "string",
                 self.failing: "zset", self.view_by_name: "zset",
-                self.view_by_last_run: "zset", self.view_timeline: "string",
-                self.history: "stream", self.outcomes: "stream",
-                self.failing_runs: "zset"}
+                self.view_by_last_run: "zset", self.view_by_last_run_building: "zset",
+                self.view_timeline: "string", self.history: "stream",
+                self.outcomes: "stream", self.failing_runs: "zset"}
 
     def is_entry_key(self, key: str) -> bool:
         """Whether ``key`` can hold an entry of this schedule: under the prefix and not

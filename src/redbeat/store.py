@@ -763,7 +763,7 @@ class ScheduleStore:
         (view_metas.lua) into a scratch key, then renames it over the view, so readers
         never see half a view. The one read here that grows with the schedule: the
         caller rebuilds it at most every few seconds, never per page."""
-        scratch = f"{self.keys.view_by_last_run}:building"
+        scratch = self.keys.view_by_last_run_building
         self.retry.call(lambda: self.client.delete(scratch))
         start = 0
         while rows := json.loads(self._run("view_metas", [self.keys.schedule],
