@@ -19,6 +19,7 @@ from celery import Celery
 from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry, manage
 from redbeat.schedulers import get_redis
+from redbeat.entry import store_for
 from redbeat.store import definition_sha1
 from support.recording import T0, Clock, Recording, at
 from support.redis_server import RedisServer
@@ -344,3 +345,31 @@ def test_ordering_and_format_helpers_agree_with_utc_isoformat():
     earlier = datetime(2026, 1, 1, 0, 0, 0, tzinfo=timezone.utc)
     later = earlier.replace(microsecond=500000)
     assert earlier.isoformat() < later.isoformat()
+
+
+@pytest.mark.parametrize("separators", [(", ", ": "), (",", ":"), (" , ", " : ")])
+def test_a_pending_record_is_read_by_its_structure_whatever_its_spacing(app, separators):
+    """Pending records have two writers (commit.lua, Python's json.dumps): the scripts
+    find the held definition a record names by decoding it, so a record written with
+    other separators (another client, another json library) is still re-sent from its
+    definition and releases it when confirmed."""
+    clock = Clock()
+    RedBeatSchedulerEntry("job", "tasks.x", 3600.0, args=[1], app=app, last_run_at=at(0)).save()
+    client = get_redis(app)
+    definition = client.hget("redbeat:job", "definition")
+    sha = definition_sha1(definition)
+    record = json.dumps({"key": "redbeat:job", "definition_sha1": sha, "due": T0,
+                         "claimed_at": T0, "node": "n", "reason": "run-now"},
+                        separators=separators)
+    store = store_for(app)
+    assert store.hold("job:run", record, definition)
+    assert store.hold("job:other", record, definition)
+    assert client.hget(HELD, f"{sha}:refs") == "2"
+    store.confirm(["job:other"])  # confirm.lua finds the definition the record names
+    assert client.hgetall(HELD) == {sha: definition, f"{sha}:refs": "1"}
+    scheduler = Recording(app, clock=clock)
+    scheduler.tick()  # takes the lock
+    scheduler.tick()
+    assert scheduler.sent == [("job", "job:run")]
+    assert scheduler.messages[0].args == [1]
+    assert client.hlen(PENDING) == 0 and not client.exists(HELD)

@@ -15,12 +15,12 @@ local forgotten = 0
 local released, named = {}, {}
 for first = 1, #ids, CHUNK do
   local last = math.min(first + CHUNK - 1, #ids)
-  -- the records name their definition as '"definition_sha1": "<hex>"' (commit.lua and
-  -- manage.py write it so); a record without one (the old format, with the definition
-  -- inside, or a hand-written one) holds no reference
+  -- a record names its definition in its definition_sha1 field (read_pending, in the
+  -- prelude); one without it (the old format, with the definition inside, or a
+  -- hand-written one) holds no reference
   local messages = redis.call('HMGET', KEYS[1], unpack(ids, first, last))
   for i = 1, last - first + 1 do
-    local sha = messages[i] and string.match(messages[i], '"definition_sha1": "(%x+)"')
+    local sha = messages[i] and select(2, read_pending(messages[i]))
     if sha then
       if not released[sha] then
         named[#named + 1] = sha
@@ -62,7 +62,7 @@ if #zeroed > 0 and redis.call('EXISTS', KEYS[1]) == 1 then
     local page = redis.call('HSCAN', KEYS[1], cursor, 'COUNT', 1000)
     cursor = page[1]
     for i = 2, #page[2], 2 do
-      local sha = string.match(page[2][i], '"definition_sha1": "(%x+)"')
+      local sha = select(2, read_pending(page[2][i]))
       if sha then
         naming[sha] = (naming[sha] or 0) + 1
       end

@@ -28,3 +28,20 @@ local function flush(command, key, args)
   end
 end
 
+
+-- A pending record read by structure: the record as a table (nil when it is not a JSON
+-- object) and the held definition it names, its "definition_sha1" field (nil when it
+-- names none: the older format with the definition inside, or a hand-written record).
+-- The records have two writers (commit.lua's concatenation, Python's json.dumps), so a
+-- pattern on their text would depend on the spacing each happens to write.
+local function read_pending(text)
+  local ok, record = pcall(cjson.decode, text)
+  if not ok or type(record) ~= 'table' then
+    return nil, nil
+  end
+  local sha = record.definition_sha1
+  if type(sha) ~= 'string' or #sha ~= 40 or string.find(sha, '%X') then
+    sha = nil
+  end
+  return record, sha
+end

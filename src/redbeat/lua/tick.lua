@@ -61,7 +61,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   for i = 2, #pending, 2 do
     -- whatever a record holds must not fail the tick: a record that cannot be read is
     -- returned as is, and the client drops it
-    local sha = string.match(pending[i], '"definition_sha1": "(%x+)"')
+    local message, sha = read_pending(pending[i])
     if sha and not shas[sha] then
       shas[sha] = true
       local text = redis.call('HGET', KEYS[5], sha)
@@ -70,8 +70,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
         held[#held + 1] = text
       end
     end
-    local ok, message = pcall(cjson.decode, pending[i])
-    local key = ok and type(message) == 'table' and message.key
+    local key = message and message.key
     if type(key) == 'string' and not keys[key] then
       keys[key] = true
       local policy = redis.pcall('HGET', key, 'policy')
