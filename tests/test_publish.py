@@ -114,8 +114,8 @@ def test_signals_fire_before_and_after_the_write(scheduler):
     try:
         entries = [RedBeatSchedulerEntry(f"e{i}", "tasks.plain", 60, app=scheduler.app)
                    for i in range(2)]
-        slots, batch = scheduler._build([(entry, f"{entry.name}:1") for entry in entries])
-        sent = scheduler._send_slots(slots, batch)
+        slots, batch = scheduler.dispatcher._build([(entry, f"{entry.name}:1") for entry in entries])
+        sent = scheduler.dispatcher._send_slots(slots, batch)
     finally:
         before_task_publish.disconnect(before)
         after_task_publish.disconnect(after)
@@ -236,10 +236,10 @@ def test_a_slot_the_batch_cannot_build_is_sent_by_celery_alongside_the_batch(sch
                RedBeatSchedulerEntry("b", "tasks.plain", 60,
                                      options={"retry_policy": {"max_retries": 1}},
                                      app=scheduler.app)]
-    slots, batch = scheduler._build([(entry, f"{entry.name}:1") for entry in entries])
+    slots, batch = scheduler.dispatcher._build([(entry, f"{entry.name}:1") for entry in entries])
     assert [entry.name for entry, _ in batch.ready] == ["a"]
     assert [entry.name for entry, _ in batch.alone] == ["b"]
-    assert scheduler._send_slots(slots, batch) == ["a:1", "b:1"]
+    assert scheduler.dispatcher._send_slots(slots, batch) == ["a:1", "b:1"]
     ids = [json.loads(raw)["headers"]["id"] for raw in broker.client().lrange("celery", 0, -1)]
     assert sorted(ids) == ["a:1", "b:1"]
 

@@ -11,6 +11,7 @@ releasing is release.lua. :class:`Lease` keeps the key, token and timeout togeth
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -86,6 +87,9 @@ class Lease:
         self.timeout = float(timeout)
         self.token = token or new_token()
         self.sleep = sleep
+        #: when (on the scheduler's monotonic clock) this node last renewed the lease,
+        #: as far as it knows: what a send on another thread is measured against
+        self.renewed_at = -math.inf
 
     @classmethod
     def adopt(cls, store: ScheduleStore, lock: Any, default_timeout: float) -> Lease:
@@ -99,6 +103,17 @@ class Lease:
     @property
     def timeout_ms(self) -> int:
         return int(self.timeout * 1000)
+
+    def renewed(self, at: float) -> None:
+        """Note that the lease was renewed (by a script that took or extended it) at
+        ``at``, on the clock :meth:`may_send` is asked with."""
+        self.renewed_at = at
+
+    def may_send(self, now: float, within: float) -> bool:
+        """Whether a send that may last ``within`` seconds (counted as at most half the
+        timeout) still ends inside the lease as last renewed: a node whose renewals
+        stalled (a tick stuck on Redis) stops sending before another can take over."""
+        return now - self.renewed_at < self.timeout - min(within, self.timeout / 2)
 
     def renew(self) -> bool:
         """Push the expiry back to the full timeout if this node holds the lease."""

@@ -20,25 +20,22 @@ import contextlib
 import dataclasses
 import gc
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
-from queue import SimpleQueue
-from typing import Any, NamedTuple
+from typing import Any
 
 import redis.exceptions
-from celery import Celery, signals
+from celery import Celery
 from celery.beat import Scheduler
 from celery.schedules import crontab
 from celery.utils.time import humanize_seconds
-from kombu.common import ignore_errors
-from kombu.exceptions import OperationalError
 from kombu.utils.objects import cached_property
 
-from . import decoder, metrics, publish
+from . import decoder, metrics
 from .connection import CLIENT_ATTRIBUTE, get_redis
+from .dispatch import BATCHED, INLINE, ONE_BY_ONE, Dispatcher, Drafts, OnDispatcher
 from .entry import (
     InvalidEntry,
     RedBeatSchedulerEntry,
@@ -52,15 +49,11 @@ from .lock import NO_EXPIRY, Holder, Lease, expiry_words
 from .nextrun import next_run, score_of
 from .redaction import redact
 from .planning import (
-    Claim,
-    PendingMessage,
     Plan,
     TickSettings,
-    held_grace,
     plan_batch,
     printable,
     quarantine_reason,
-    read_pending,
 )
 from .preflight import check_app
 from .retry import RetryingConnection, is_auth_error
@@ -69,67 +62,15 @@ from .settings import (
     DEFAULT_POLL_INTERVAL,
     RedBeatConfig,
     SettingError,
-    conf_lookup,
     ensure_conf,
 )
 from .store import Fetch, LockLost, Op, Row, StaticWrite, unsupported_lua, with_flag_reply
 
 logger = logging.getLogger("celery.beat")
 
-SENT, BROKER_DOWN = object(), object()
-
-#: ``redbeat_publish_timeout``'s default: the socket timeouts of beat's own connection
-#: to a Redis broker, so a publish to a broker that hangs instead of refusing ends.
-DEFAULT_PUBLISH_TIMEOUT = 3.0
-#: A Redis broker is pinged before a send when it has not answered for this long: a
-#: ping that hangs writes nothing, while a message written to a frozen broker is
-#: ambiguous (it lands when the broker wakes, after the send was given up for failed).
-PROBE_AFTER = 0.25
 #: Seconds ``close()`` waits for Redis to release the lock; then the lock is left to
 #: expire, so SIGTERM ends beat well inside a supervisor's grace period.
 CLOSE_TIMEOUT = 2.0
-
-
-Slot = tuple[RedBeatSchedulerEntry, str]  # an entry and the task id of its slot
-#: Messages of claimed slots made while the commit ran, by task id: drafted, or sealed
-Drafts = dict[str, publish.Draft | publish.Outgoing]
-
-
-class Batch(NamedTuple):
-    """Slots with their messages built (publish.py), and those left to Celery's path."""
-
-    ready: list[tuple[RedBeatSchedulerEntry, publish.Outgoing]]
-    alone: list[Slot]
-
-
-class SendJob:
-    """Slots handed to the scheduler's publishing thread in one go. Their outcome (the
-    task ids done with: sent, or dropped as unpublishable) belongs to the tick that waits
-    for it, unless that tick gave up first: then the thread itself records the sends that
-    went out late (the lock makes that one decision, not two)."""
-
-    def __init__(self, slots: list[Slot], announce: Callable[[list[Slot]], None] | None = None,
-                 batch: Batch | None = None) -> None:
-        self.slots = slots
-        self.announce = announce  # logs the slots once the broker is known to be up
-        self.batch = batch  # their messages, when built before the hand-off
-        self.outcome: list[str] = []
-        self.done = threading.Event()
-        self.lock = threading.Lock()
-        self.finished = False
-        self.given_up = False
-
-    def give_up(self) -> bool:
-        """Leave the outcome to the thread; False when it has already finished."""
-        with self.lock:
-            self.given_up = not self.finished
-            return self.given_up
-
-    def finish(self, outcome: list[str]) -> bool:
-        """Record the outcome; True when the tick had given up on it."""
-        with self.lock:
-            self.outcome, self.finished = outcome, True
-            return self.given_up
 
 #: Hooks of celery-redbeat 2.4.2 that the batched tick does not call; a subclass (or
 #: instance) overriding one of them, or an entry class overriding one of ENTRY_HOOKS,
@@ -139,12 +80,6 @@ SCHEDULER_HOOKS = ("maybe_due", "is_due", "reserve")
 #: How one slot is published: overriding one of these (on the class or the instance)
 #: sends each slot through it, one by one, instead of the batched publish.
 PUBLISH_HOOKS = ("apply_async", "send_task", "send_slot")
-#: Slots written per batch (one Redis pipeline, one set of AMQP confirms), and so per
-#: hand-off to the publishing thread, which a tick waits for at most half a poll interval:
-#: as many as a tick reads by default (``redbeat_batch_size``), so a burst is one hand-off.
-PUBLISH_BATCH = 1000
-#: ... or fewer, once their payloads reach this many bytes (large arguments).
-PUBLISH_BYTES = 2_000_000
 ENTRY_HOOKS = ("__init__", "is_due", "due_at", "reschedule", "generate_key", "_next_instance",
                "next", "__next__")
 #: Entries listed by the ``schedule`` property at most.
@@ -222,6 +157,12 @@ class RedBeatScheduler(Scheduler):
         self._sweep_at = 0.0
         self._sweep_offset = 0
         self.metrics = metrics.recorder_for(app, self.config)
+        self.dispatcher = Dispatcher(
+            app, self.config, self.metrics, store=lambda: self.store,
+            node_id=lambda: self.node_id, send_one=lambda entry, task_id: self.send_slot(
+                entry, task_id), producer=lambda connection: self.Producer(
+                connection, auto_declare=False), may_send=self._may_send,
+            monotonic=monotonic)
         super().__init__(app, **kwargs)
         self._new_lease()
 
@@ -413,8 +354,7 @@ class RedBeatScheduler(Scheduler):
         """One pass; returns the seconds to sleep before the next."""
         # a leader's tick renews the lease first thing: what the publishing thread
         # measures its lease from (close() stops that thread; a tick starts it again)
-        self._renewed_at = self.monotonic()
-        self._closed = False
+        self.dispatcher.open()
         if self.config.notices:
             self.config.log_notices()  # once, now that Celery's logging is in place
         try:
@@ -433,6 +373,8 @@ class RedBeatScheduler(Scheduler):
         now_ts = self.clock()
         now = datetime.fromtimestamp(now_ts, tz=timezone.utc)
         lease = self._lease()
+        if lease is not None:  # what the publishing thread measures the lease from
+            lease.renewed(self.monotonic())
         fetch = self.store.fetch(now_ts, lease, self.config.batch_size, self.node_id)
         if fetch.status == "standby":
             return self._standby(fetch)
@@ -440,7 +382,8 @@ class RedBeatScheduler(Scheduler):
             self._become_leader(now)
             if fetch.status == "acquired":
                 return 0.0
-        confirmed, misfires = self._publish_pending(fetch, now)
+        confirmed, misfires = self.dispatcher.resend_held(fetch, now, self.Entry, self._path,
+                                                          self.poll_interval / 2)
         if self.per_entry:
             self.store.confirm(confirmed, misfires)
             return self._tick_per_entry(fetch, lease, now)
@@ -456,19 +399,23 @@ class RedBeatScheduler(Scheduler):
         claims = plan.claims
         skipped: set[str] = set()
         drafts: Drafts = {}
-        if plan.ops:
-            skipped, drafts = self._commit(plan, lease, policy.node, now_ts)
+        path = self._path
+        if plan.ops:  # the claims' messages are drafted while commit.lua runs
+            skipped, drafts = self.dispatcher.draft_during(
+                lambda: self.store.commit(plan.ops, lease, policy.node, now_ts), claims, path)
             if skipped:
                 # edited between the read and the commit: nothing was recorded, so
                 # nothing is sent; the next tick (at once, below) reads the new version
                 claims = [claim for claim in claims if claim.entry.key not in skipped]
-        sent, lost = self._publish(claims, lease, drafts)
+        if claims and lease is not None:
+            lease.renewed(self.monotonic())  # the commit that claimed them renewed it
+        sent = self.dispatcher.send_claims(claims, lease, path, self.poll_interval / 2, drafts)
         if policy.at_least_once:
-            confirmed.extend(sent)
+            confirmed.extend(sent.done)
         # held records done with are confirmed in either mode (at-most-once holds none of
         # its own claims, but a run-now record would otherwise be re-sent every tick)
         self.store.confirm(confirmed, misfires)
-        if lost:
+        if sent.lease_lost:  # the sent ones are confirmed above: not sent twice
             raise LockLost(None)
         if now_ts >= self._sweep_at:
             self._sweep_parked(now_ts)
@@ -615,68 +562,11 @@ class RedBeatScheduler(Scheduler):
         self.leading = False
         return self.poll_interval
 
-    # -- publishing ----------------------------------------------------------------------
-    #
-    # Sends run on one thread of their own (outside the per-entry path), and a tick waits
-    # for each at most half a poll interval. A broker that hangs instead of refusing then
-    # costs the tick that long once: until that send ends, every other send fails at once,
-    # so the slots stay pending, ticks keep their pace (renewing the lease, and claiming
-    # each slot on time rather than coalescing slots a stalled tick let pass) and the
-    # pending slots go out, oldest first, once the broker answers. A send that ends after
-    # its tick gave up on it is remembered and confirmed, so it is not sent twice.
+    # -- publishing: the dispatcher (dispatch.py) sends; the scheduler says what and how
 
-    _renewed_at = 0.0  # monotonic time of the lease's last renewal seen by this node
-    _closed = False
-    _jobs: SimpleQueue[SendJob | None] | None = None
-    _publisher: threading.Thread | None = None
-    _stuck: SendJob | None = None  # a send the tick stopped waiting for, still running
-    _broker_answered_at = -math.inf
-    _broker_down = False
-
-    @cached_property
-    def publish_timeout(self) -> float:
-        """``redbeat_publish_timeout`` (seconds): the socket timeouts of beat's own
-        connection to a Redis broker, so a send to a hung broker fails instead of
-        waiting forever (it then stays pending and is sent again)."""
-        value = conf_lookup(self.app.conf, "redbeat_publish_timeout", None)
-        if value is None:
-            return DEFAULT_PUBLISH_TIMEOUT
-        try:
-            timeout = float(value)
-        except (TypeError, ValueError):
-            timeout = math.nan
-        if not timeout > 0:  # read on the tick's path: a bad value must not stop beat
-            logger.warning("beat: redbeat_publish_timeout=%r is not a positive number; "
-                           "using %ss", value, DEFAULT_PUBLISH_TIMEOUT)
-            return DEFAULT_PUBLISH_TIMEOUT
-        return timeout
-
-    @cached_property
-    def connection(self) -> Any:
-        """Beat's broker connection. On a Redis broker its sockets time out after
-        :attr:`publish_timeout` (or sooner, as ``broker_transport_options`` say): without
-        a timeout, a broker that is frozen, or gone without closing the TCP connection,
-        holds a publish forever. Other transports keep their own settings."""
-        connection = self.app.connection_for_write()
-        if connection.transport.driver_type == "redis":
-            options = dict(connection.transport_options or {})
-            for name in ("socket_timeout", "socket_connect_timeout"):
-                given = options.get(name)
-                options[name] = (self.publish_timeout if given is None
-                                 else min(float(given), self.publish_timeout))
-            connection.transport_options = options
-        return connection
-
-    @cached_property
-    def producer(self) -> Any:
-        """A producer on :attr:`connection`, connected with one retry within
-        :attr:`publish_timeout` rather than Celery's ``broker_connection_max_retries``
-        (a hundred, minutes apart): a broker that is down fails this send, and the next
-        tick tries again."""
-        connection = self.connection.ensure_connection(
-            max_retries=1, interval_start=0, interval_step=0.5, interval_max=0.5,
-            timeout=self.publish_timeout)
-        return self.Producer(connection, auto_declare=False)
+    #: Celery's attributes, kept by the dispatcher (assignable, as Celery's are)
+    connection = OnDispatcher()
+    producer = OnDispatcher()
 
     def send_slot(self, entry: RedBeatSchedulerEntry, task_id: str) -> Any:
         """Publish one slot through Celery's ``apply_async`` with its slot task id."""
@@ -684,419 +574,23 @@ class RedBeatScheduler(Scheduler):
         logger.info("Scheduler: Sending due task %s (%s) id=%s", entry.name, entry.task, task_id)
         return self.apply_async(message, producer=self.producer, advance=False)
 
-    def _commit(self, plan: Plan, lease: Lease | None, node: str,
-                now_ts: float) -> tuple[set[str], Drafts]:
-        """commit.lua (the keys it skipped), and meanwhile the claims' messages drafted
-        (``publish.Builder.draft``: no signal, no side effect). Redis runs the script on
-        its own core for about as long as drafting takes here, so the commit waits on its
-        socket on a thread of its own while this one drafts; nothing is announced or sent
-        before the commit has recorded the claims."""
-        if not plan.claims or self._broker_down or not self._batched:
-            return self.store.commit(plan.ops, lease, node, now_ts), {}
-        outcome: list[Any] = []
-
-        def commit() -> None:
-            try:
-                outcome.append(self.store.commit(plan.ops, lease, node, now_ts))
-            except BaseException as exc:  # raised on the tick's thread below
-                outcome.append(exc)
-
-        thread = threading.Thread(target=commit, name="redbeat-commit", daemon=True)
-        thread.start()
-        try:
-            drafts = self._draft(plan.claims)
-        finally:
-            thread.join()
-        if isinstance(outcome[0], BaseException):
-            raise outcome[0]
-        return outcome[0], drafts
-
-    def _draft(self, claims: list[Claim]) -> Drafts:
-        """The claims' drafts by task id; one that cannot be drafted is left out (built
-        again after the commit, where Celery's own path takes it). When no receiver
-        listens to ``before_task_publish``, nothing can tell a message sealed now from
-        one sealed after the commit: then the messages are sealed here too, and their
-        records encoded for a Redis broker, while the commit is still running."""
-        builder = publish.Builder(self.app, self._reprs)
-        early = not signals.before_task_publish.receivers
-        drafts: Drafts = {}
-        for claim in claims:
-            try:
-                draft = builder.draft(claim.entry, claim.task_id)
-                drafts[claim.task_id] = builder.seal(draft) if early else draft
-            except Exception:  # noqa: S112 - decided (and logged) on the publish path
-                continue
-        if early and publish.batch_transport(self.connection) == "redis":
-            try:
-                publish.encode_redis(self.producer.channel, [
-                    m for m in drafts.values() if isinstance(m, publish.Outgoing)])
-            except Exception:  # noqa: S110 - met again by the write, which handles it
-                pass
-        return drafts
-
-    def _publish(self, claims: list[Claim], lease: Lease | None,
-                 drafts: Drafts | None = None) -> tuple[list[str], bool]:
-        """Publish the claimed slots (``drafts``: their messages drafted already, by
-        task id); returns the ids sent and whether the lock was lost on the way (the
-        sent ones are still confirmed, so they are not sent twice)."""
-        if claims:
-            self._renewed_at = self.monotonic()  # the commit that claimed them renewed it
-        done, _, lost = self._send_all([(claim.entry, claim.task_id) for claim in claims],
-                                       lease, drafts=drafts)
-        self._count_sends([(claim.task_id, claim.due) for claim in claims], done)
-        return done, lost
-
-    def _count_sends(self, slots: list[tuple[str, datetime]], done: list[str]) -> None:
-        """Metrics: the lag of each slot handed to the broker; the others stay held."""
-        handed = set(done)
-        for task_id, due in slots:
-            if task_id in handed:
-                self.metrics.late_by(due)
-        self.metrics.dispatched("held", len(slots) - len(handed))
-
-    def _send_all(self, slots: list[Slot], lease: Lease | None,
-                  announce: Callable[[list[Slot]], None] | None = None,
-                  drafts: Drafts | None = None,
-                  ) -> tuple[list[str], bool, bool]:
-        """Publish ``slots`` in order: PUBLISH_BATCH at a time on the batched path, one at
-        a time otherwise. Returns the ids done with, whether the broker failed (the rest
-        stay pending) and whether the lock was lost on the way."""
-        done: list[str] = []
-        batched = self._batched
-        extended_at = self.monotonic()
-        remaining = slots
-        while remaining:
-            if lease is not None and self.monotonic() - extended_at > lease.timeout / 3:
-                # A slow broker must not let the lock lapse under a healthy leader. If it
-                # lapsed anyway, stop: the new leader re-sends what is still pending.
-                if not lease.renew():
-                    return done, False, True
-                extended_at = self._renewed_at = self.monotonic()
-            if self._waiting_on_broker():
-                return done, True, False  # do not queue behind a send still under way
-            remaining = self._drop_sent_late(remaining, done)
-            if not remaining:
-                break
-            if batched and not self._broker_down:
-                unit, batch = self._build(remaining, drafts)
-            else:  # one by one, or a broker that was down tried with one slot first
-                unit, batch = remaining[:1], None
-            remaining = remaining[len(unit):]
-            sent = self._try_send(unit, announce, batch)
-            done.extend(sent)
-            if len(sent) < len(unit):
-                return done, True, False
-        return done, False, False
-
-    def _publish_pending(
-        self, fetch: Fetch, now: datetime
-    ) -> tuple[list[str], list[tuple[str, int, str]]]:
-        """Publish this batch of held slots, oldest due first: the hash returns them in
-        no order, and a backlog released after a broker outage must reach the workers in
-        the order it was due. A slot past its misfire grace is dropped instead (one log
-        line; counted in its entry's misfires by confirm.lua), also while the broker is
-        down, so an outage does not pile up slots that will never be sent.
-
-        Returns the task ids done with (sent or dropped) and the misfires to count:
-        (entry key, how many, the last one's due time as ISO 8601)."""
-        done: list[str] = []
-        held: list[tuple[str, PendingMessage]] = []
-        for task_id, message in fetch.pending.items():
-            try:
-                held.append((task_id, read_pending(self.app, message, self.Entry, fetch.held)))
-            except Exception as exc:
-                # whatever a record holds (a due of 1e300, nesting past the recursion
-                # limit, a bad definition, a held definition removed by hand), it must
-                # not stop the node: drop it, log it
-                logger.error("beat: Dropping unreadable pending slot %s: %s", printable(task_id),
-                             printable(repr(exc)[:300]))
-                done.append(task_id)
-        held.sort(key=lambda item: (item[1].due, item[0]))
-        late: dict[str, tuple[int, datetime]] = {}
-        resend: list[Slot] = []
-        reasons: dict[str, str] = {}
-        for task_id, slot in held:
-            key = slot.entry.key
-            grace = held_grace(slot, fetch.policies.get(key), self.config.misfire_grace_time,
-                               now)
-            if grace is not None:
-                logger.warning("beat: Dropping held slot %s: %.3f s late, past its misfire "
-                               "grace time of %g s", printable(task_id),
-                               (now - slot.due).total_seconds(), grace)
-                done.append(task_id)
-                self.metrics.dispatched("skipped")
-                if self.config.keys.is_entry_key(key):
-                    late[key] = (late.get(key, (0, slot.due))[0] + 1, slot.due)
-                continue
-            resend.append((slot.entry, task_id))
-            reasons[task_id] = slot.reason
-
-        def announce(unit: list[Slot]) -> None:
-            for _, task_id in unit:
-                if reasons[task_id] == "run-now":
-                    logger.info("beat: Sending %s now, as asked (%s)", task_id, reasons[task_id])
-                else:
-                    logger.warning("beat: Re-sending slot %s (claimed, publish not confirmed)",
-                                   task_id)
-
-        sent = self._send_all(resend, None, announce)[0]
-        self._count_sends([(task_id, held_slot.due) for task_id, held_slot in held
-                           if task_id in reasons], sent)
-        done.extend(sent)
-        return done, [(key, count, last.isoformat()) for key, (count, last) in late.items()]
-
-    @cached_property
-    def _broker_errors(self) -> tuple[type[BaseException], ...]:
-        return (OperationalError, OSError, *self.connection.connection_errors)
+    def _may_send(self, within: float) -> bool:
+        """The dispatcher's question, asked from its thread: whether this node leads and
+        its lease (if any) outlasts a send of ``within`` seconds."""
+        lock = self.lock
+        return self.leading and (lock is None or lock.may_send(self.monotonic(), within))
 
     @property
-    def _batched(self) -> bool:
-        """Whether slots go out through the batched publish (publish.py): not when a
-        subclass or the instance overrides how one slot is sent, nor on a transport or
-        with settings that module does not reproduce."""
-        if self.per_entry or any(getattr(type(self), hook) is not getattr(RedBeatScheduler, hook)
-                                 or hook in vars(self) for hook in PUBLISH_HOOKS):
-            return False
-        return (publish.batch_transport(self.connection) is not None
-                and publish.app_supports_batch(self.app))
-
-    def _try_send(self, unit: list[Slot], announce: Callable[[list[Slot]], None] | None = None,
-                  batch: Batch | None = None) -> list[str]:
-        """Publish ``unit`` on the publishing thread, waiting for it at most half a poll
-        interval; returns the task ids done with. A broker that failed or has not
-        answered by then leaves the rest pending: nothing is lost, and the tick keeps
-        its pace."""
+    def _path(self) -> str:
+        """How slots leave (dispatch.py): one by one on the tick's thread on the
+        per-entry path; one by one through ``send_slot`` when a subclass or the instance
+        overrides how one slot is sent; else batched where the transport allows."""
         if self.per_entry:
-            if announce:
-                announce(unit)
-            return self._send_slots(unit)  # inline: the hooks own the producer there
-        job = SendJob(unit, announce, batch)
-        self._send_queue().put(job)
-        if job.done.wait(min(self.poll_interval / 2, self.publish_timeout)) or not job.give_up():
-            job.done.wait()  # finished: at most the instant until its event is set
-            return job.outcome
-        self._stuck = job
-        if not self._broker_down:  # once an outage: its first stuck send
-            logger.warning("beat: The broker has not answered for %.1fs; slots stay pending "
-                           "until it does", min(self.poll_interval / 2, self.publish_timeout))
-        return []
-
-    def _waiting_on_broker(self) -> bool:
-        """Whether a send the tick gave up on is still under way."""
-        stuck = self._stuck
-        if stuck is not None and not stuck.done.is_set():
-            return True
-        self._stuck = None
-        return False
-
-    def _drop_sent_late(self, slots: list[Slot], done: list[str]) -> list[Slot]:
-        """``slots`` without those whose send was given up on and went out after all
-        (confirmed since); their ids join ``done``. Checked before anything is built,
-        so their messages are not built (nor announced to signal receivers) again."""
-        if not self._sent_late:
-            return slots
-        late = [task_id for _, task_id in slots if task_id in self._sent_late]
-        self._sent_late.difference_update(late)
-        done.extend(late)
-        return [slot for slot in slots if slot[1] not in late] if late else slots
-
-    @cached_property
-    def _reprs(self) -> publish.Reprs:
-        """argsrepr/kwargsrepr kept from tick to tick (a third of a message's build)."""
-        return publish.Reprs()
-
-    @cached_property
-    def _sent_late(self) -> set[str]:
-        """Ids whose send ended (and was confirmed) after its tick gave up on it: a tick
-        that read them as pending before that confirmation must not send them again."""
-        return set()
-
-    def _send_queue(self) -> SimpleQueue[SendJob | None]:
-        """The publishing thread's queue, starting the thread when it is not running."""
-        if self._jobs is None or self._publisher is None or not self._publisher.is_alive():
-            self._jobs = SimpleQueue()
-            self._publisher = threading.Thread(target=self._publishing, args=(self._jobs,),
-                                               name="redbeat-publish", daemon=True)
-            self._publisher.start()
-        return self._jobs
-
-    def _publishing(self, jobs: SimpleQueue[SendJob | None]) -> None:
-        """The publishing thread: one job at a time, until close() queues None."""
-        while (job := jobs.get()) is not None:
-            outcome: list[str] = []
-            try:
-                outcome = self._send_checked(job)
-            except BaseException:  # the thread must outlive any one send
-                logger.exception("beat: Publishing %s failed", [tid for _, tid in job.slots])
-            try:
-                if (job.finish(outcome) and outcome
-                        and self.config.delivery == AT_LEAST_ONCE):
-                    self._sent_late.update(outcome)  # for a tick that read them as pending
-                    self.store.confirm(outcome)  # and for whoever leads next
-            except Exception:
-                logger.exception("beat: Confirming %s failed", outcome)
-            finally:
-                job.done.set()
-
-    def _send_checked(self, job: SendJob) -> list[str]:
-        """Send ``job`` unless this node may no longer send: it stopped leading, or its
-        lease may run out during the send (a tick stalled on Redis renews nothing); a
-        Redis broker that has been quiet is pinged first, so a hung one is found by a
-        ping that writes nothing rather than by a message it would deliver later."""
-        if not self._may_send():
-            return []
-        if self.monotonic() - self._broker_answered_at > PROBE_AFTER:
-            try:
-                self._ping_broker()
-            except Exception as exc:
-                if not isinstance(exc, self._broker_errors):
-                    raise
-                if not self._broker_down:
-                    logger.error("beat: Broker unavailable (%s); %s", exc,
-                                 "slots stay pending and are sent when it answers"
-                                 if self.config.delivery == AT_LEAST_ONCE
-                                 else "at-most-once: runs due meanwhile are lost")
-                self._broker_down = True
-                self._drop_producer()
-                return []
-            if not self._may_send():
-                return []
-        if job.announce is not None:
-            job.announce(job.slots)
-        done = self._send_slots(job.slots, job.batch)
-        if len(done) < len(job.slots):
-            self._drop_producer()
-        else:
-            self._broker_answered_at = self.monotonic()
-            if self._broker_down:
-                logger.info("beat: Broker is back")
-                self._broker_down = False
-        return done
-
-    def _may_send(self) -> bool:
-        if self._closed or not self.leading:
-            return False
-        if self.lock is None:
-            return True
-        margin = min(self.publish_timeout, self.lock.timeout / 2)
-        return self.monotonic() - self._renewed_at < self.lock.timeout - margin
-
-    def _ping_broker(self) -> None:
-        """PING a Redis broker (through the pool the sends use); other transports have
-        no such probe and rely on their own timeouts."""
-        channel = self.producer.channel
-        if channel is None:
-            raise OperationalError("no channel to the broker")
-        acquire = getattr(channel, "conn_or_acquire", None)
-        if acquire is not None:
-            with acquire() as client:
-                client.ping()
-        self._broker_answered_at = self.monotonic()
-
-    def _drop_producer(self) -> None:
-        """Forget the broker connection after a failure: a failed publish can leave
-        Celery's producer without a channel, and the next send connects afresh."""
-        self.__dict__.pop("producer", None)
-        connection = self.__dict__.pop("connection", None)
-        if connection is not None:
-            ignore_errors(connection, connection.release)
-
-    def _send_slots(self, slots: list[Slot], batch: Batch | None = None) -> list[str]:
-        """Publish ``slots``: built into ``batch`` already, or one by one through
-        Celery's ``apply_async``; the ids done with."""
-        if batch is not None:
-            return self._send_batch(batch)
-        done = []
-        for entry, task_id in slots:
-            if self._send(entry, task_id) is BROKER_DOWN:
-                break
-            done.append(task_id)
-        return done
-
-    def _build(self, slots: list[Slot],
-               drafts: Drafts | None = None) -> tuple[list[Slot], Batch]:
-        """The first slots' messages, built with Celery's message API
-        (publish.py), up to PUBLISH_BATCH of them or PUBLISH_BYTES of payload; a slot that
-        module cannot build exactly is left to Celery's own ``apply_async``. Built on the
-        tick's thread, so the tick's wait on the publishing thread is for the broker;
-        from its draft when there is one (taken from ``drafts``)."""
-        batch, size = Batch([], []), 0
-        builder = publish.Builder(self.app, self._reprs)
-        drafts = drafts if drafts is not None else {}
-        for entry, task_id in slots[:PUBLISH_BATCH]:
-            try:
-                draft = drafts.pop(task_id, None) or builder.draft(entry, task_id)
-                message = draft if isinstance(draft, publish.Outgoing) else builder.seal(draft)
-            except Exception:  # Celery's own path decides, and logs a refusal its way
-                batch.alone.append((entry, task_id))
-                continue
-            batch.ready.append((entry, message))
-            size += len(message.payload)
-            if size >= PUBLISH_BYTES:
-                break
-        return slots[:len(batch.ready) + len(batch.alone)], batch
-
-    def _send_batch(self, batch: Batch) -> list[str]:
-        """Write the built messages in one go, then send the others through Celery's
-        ``send_slot``."""
-        ready = batch.ready
-        for entry, message in ready:
-            logger.info("Scheduler: Sending due task %s (%s) id=%s", entry.name, entry.task,
-                        message.task_id)
-        done: list[str] = []
-        if ready:
-            try:
-                refusals = self._write([message for _, message in ready])
-            except Exception as exc:
-                if not isinstance(exc, self._broker_errors):
-                    raise
-                self._broker_failed(f"{len(ready)} slots", exc)
-                return []
-            accepted = []
-            for (entry, message), refusal in zip(ready, refusals, strict=True):
-                if refusal is None:
-                    accepted.append(message)
-                else:
-                    self._refused(entry, message.task_id, refusal)
-                done.append(message.task_id)
-            self.metrics.dispatched("sent", len(accepted))
-            publish.published(accepted)
-        return done + self._send_slots(batch.alone)
-
-    def _write(self, messages: list[publish.Outgoing]) -> list[BaseException | None]:
-        connection = self.producer.connection
-        if publish.batch_transport(connection) == "redis":
-            return publish.write_redis(self.producer.channel, messages)
-        return publish.write_amqp(connection, messages, self.publish_timeout)
-
-    def _send(self, entry: RedBeatSchedulerEntry, task_id: str) -> object:
-        """Publish one slot. A broker that cannot be reached stops this round (the slot
-        stays pending and is retried); a message the broker or Celery refuses for what
-        it is (bad options, unserialisable arguments) would fail forever and block the
-        slots behind it, so it is logged and dropped."""
-        try:
-            self.send_slot(entry, task_id)
-            self.metrics.dispatched("sent")
-        except Exception as exc:
-            cause = exc.__context__ or exc  # Celery wraps the error in SchedulingError
-            if isinstance(cause, self._broker_errors):
-                self._broker_failed(task_id, cause)
-                return BROKER_DOWN
-            self._refused(entry, task_id, cause)
-        return SENT
-
-    def _broker_failed(self, what: str, cause: BaseException) -> None:
-        lost = self.config.delivery != AT_LEAST_ONCE
-        logger.error("beat: Publishing %s failed, broker unavailable (%s); %s", what, cause,
-                     "at-most-once: this run is lost" if lost
-                     else "it stays pending and is retried")
-
-    def _refused(self, entry: RedBeatSchedulerEntry, task_id: str, cause: BaseException) -> None:
-        logger.error("beat: Slot %s of %s cannot be published (%r); dropped",
-                     task_id, entry.name, cause)
-        # recorded on the entry, so list/show/status do not count it as a run
-        self.store.record_failure(entry.key, task_id, repr(cause), self.node_id)
-        self.metrics.dispatched("failed")
+            return INLINE
+        if any(getattr(type(self), hook) is not getattr(RedBeatScheduler, hook)
+               or hook in vars(self) for hook in PUBLISH_HOOKS):
+            return ONE_BY_ONE
+        return BATCHED
 
     # -- shutdown and introspection ------------------------------------------------------
 
@@ -1109,16 +603,11 @@ class RedBeatScheduler(Scheduler):
         one attempt, on a thread waited for at most CLOSE_TIMEOUT seconds, and is left
         to expire the lock otherwise; a send stuck on a hung broker is abandoned with
         its connection (its slot is still pending) rather than waited for."""
-        if not self._closed:
-            self._closed = True
-            if self._jobs is not None:
-                self._jobs.put(None)  # the publishing thread ends after its current send
-                self._jobs = None  # and a scheduler used again starts another
+        if not self.dispatcher.closed:
+            self.dispatcher.close()  # the publishing thread ends after its current send
             self._farewell(self.lock if self.leading else None)
         self.leading = False
-        if self._stuck is not None and not self._stuck.done.is_set():
-            self.__dict__.pop("producer", None)
-            self.__dict__.pop("connection", None)
+        self.dispatcher.release()
         super().close()
 
     def _farewell(self, lock: Lease | None) -> None:

@@ -43,6 +43,9 @@ DEFAULT_HISTORY_STREAM_LENGTH = 10_000
 #: started, retried) before it counts as lost: an entry whose policy waits for its runs
 #: (``overlap``, ``relative_to``) is then released (see docs/outcomes.md).
 DEFAULT_LOST_AFTER = 3600.0
+#: ``redbeat_publish_timeout``'s default: the socket timeouts of beat's own connection
+#: to a Redis broker, so a publish to a broker that hangs instead of refusing ends.
+DEFAULT_PUBLISH_TIMEOUT = 3.0
 AT_LEAST_ONCE = "at-least-once"
 AT_MOST_ONCE = "at-most-once"
 
@@ -226,6 +229,10 @@ def _seconds(value: Any, name: str, problems: list[str]) -> float | None:
     return _number(value, name, problems, strict=False) or None
 
 
+def _positive(value: Any, name: str, problems: list[str]) -> float | None:
+    return _number(value, name, problems)
+
+
 def _grace(value: Any, name: str, problems: list[str]) -> float | None:
     return _number(value, name, problems, strict=False)
 
@@ -273,8 +280,7 @@ class Setting:
 #: Every setting redbeat reads into :class:`RedBeatConfig`, in reading order (the
 #: prefix first, as 2.4.2 reads it: with Celery's test app, defaults added by
 #: ``conf.add_defaults`` are visible to the first read only). ``redbeat_lock_key`` is
-#: read after them (its value is relative to the prefix); ``redbeat_publish_timeout``
-#: is the scheduler's (it times beat's own broker connection).
+#: read after them (its value is relative to the prefix).
 SETTINGS = (
     Setting("key_prefix", ("redbeat_key_prefix",), _text, DEFAULT_KEY_PREFIX, True),
     Setting("redis_url", ("redbeat_redis_url", "broker_url"), _url, "", True),
@@ -291,6 +297,8 @@ SETTINGS = (
     # the workers' side: outcomes recorded, and how long a silent run stays "running"
     Setting("worker_outcomes", ("redbeat_worker_outcomes",), _flag, False),
     Setting("lost_after", ("redbeat_lost_after",), _seconds, DEFAULT_LOST_AFTER),
+    Setting("publish_timeout", ("redbeat_publish_timeout",), _positive,
+            DEFAULT_PUBLISH_TIMEOUT),
     Setting("delivery", ("redbeat_delivery",), _delivery, AT_LEAST_ONCE, True),
     Setting("deterministic_task_ids", ("redbeat_deterministic_task_ids",), _flag, True),
     Setting("exit_on_lock_loss", ("redbeat_exit_on_lock_loss",), _flag, False),
@@ -351,6 +359,9 @@ class RedBeatConfig:
     worker_outcomes: bool = UNSET
     #: Default seconds a dispatched run may stay silent before it counts as lost.
     lost_after: float = UNSET
+    #: seconds: the socket timeouts of beat's own connection to a Redis broker, and the
+    #: longest a tick waits for a send
+    publish_timeout: float = UNSET
     redis_url_is_fallback: bool = UNSET
     #: Port of beat's Prometheus endpoint (None: no endpoint), and the address it binds.
     metrics_port: int | None = UNSET

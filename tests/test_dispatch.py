@@ -1,0 +1,209 @@
+"""The dispatcher on its own (dispatch.py), no scheduler: slots handed to a writer that
+accepts, blocks, fails (the broker cannot be reached) or refuses (the message itself is
+wrong), and what the dispatcher reports back. The writer is a real in-process object
+standing where Celery's ``apply_async`` goes; the store is a real one on the test's
+redis-server (it confirms sends that ended late and records refusals)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from celery import Celery
+from kombu.exceptions import EncodeError, OperationalError
+
+from conftest import make_app
+from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
+from redbeat.dispatch import INLINE, ONE_BY_ONE, Dispatcher
+from redbeat.entry import store_for
+from redbeat.lock import Lease
+from redbeat.metrics import Recorder
+from redbeat.settings import ensure_conf
+from support.recording import Clock
+
+
+class Writer:
+    """Publishes a slot by recording its task id; told to block until released, to fail
+    as an unreachable broker does, or to refuse a slot for what it is."""
+
+    def __init__(self) -> None:
+        self.written: list[str] = []
+        self.calls: list[str] = []
+        self.open = threading.Event()
+        self.open.set()
+        self.entered = threading.Event()
+        self.failure: BaseException | None = None
+        self.refuse: dict[str, BaseException] = {}
+
+    def __call__(self, entry: RedBeatSchedulerEntry, task_id: str) -> None:
+        self.calls.append(task_id)
+        self.entered.set()
+        assert self.open.wait(30), "the test never released the writer"
+        if self.failure is not None:
+            raise self.failure
+        if task_id in self.refuse:
+            raise self.refuse[task_id]
+        self.written.append(task_id)
+
+
+class Seat:
+    """What the dispatcher asks of its scheduler, set by the test."""
+
+    def __init__(self) -> None:
+        self.leading = True
+
+    def may_send(self, within: float) -> bool:
+        return self.leading
+
+
+def dispatcher_for(app: Celery, writer: Writer, seat: Seat | None = None,
+                   monotonic: Any = time.monotonic) -> Dispatcher:
+    seat = seat or Seat()
+    return Dispatcher(app, ensure_conf(app), Recorder(), store=lambda: store_for(app),
+                      node_id=lambda: "test:1", send_one=writer,
+                      producer=lambda connection: app.amqp.Producer(connection,
+                                                                    auto_declare=False),
+                      may_send=seat.may_send, monotonic=monotonic)
+
+
+def slots(app: Celery, *names: str) -> list[tuple[RedBeatSchedulerEntry, str]]:
+    return [(RedBeatSchedulerEntry(name, f"tasks.{name}", 60.0, app=app), f"{name}:1")
+            for name in names]
+
+
+def hold(app: Celery, task_id: str) -> None:
+    """A pending record for ``task_id``, as a claim leaves one."""
+    store_for(app).hold(task_id, '{"key": "redbeat:x", "due": 0}', "{}")
+
+
+def test_slots_are_written_in_order_and_reported_done(app):
+    writer = Writer()
+    dispatcher = dispatcher_for(app, writer)
+    sent = dispatcher.send(slots(app, "a", "b", "c"), None, ONE_BY_ONE, 5.0)
+    assert sent.done == writer.written == ["a:1", "b:1", "c:1"]
+    assert not sent.broker_failed and not sent.lease_lost
+    assert threading.current_thread().name != "redbeat-publish"
+    assert any(t.name == "redbeat-publish" for t in threading.enumerate())
+    dispatcher.close()
+
+
+def test_a_blocking_writer_costs_one_bounded_wait_then_its_late_send_is_not_repeated(app):
+    writer = Writer()
+    writer.open.clear()
+    dispatcher = dispatcher_for(app, writer)
+    hold(app, "a:1")
+    started = time.monotonic()
+    sent = dispatcher.send(slots(app, "a"), None, ONE_BY_ONE, 0.2)
+    assert sent.done == [] and sent.broker_failed
+    assert time.monotonic() - started < 5  # bounded by the wait, not by the writer
+    # a later tick does not queue behind the send still under way
+    again = dispatcher.send(slots(app, "a", "b"), None, ONE_BY_ONE, 0.2)
+    assert again.done == [] and again.broker_failed and writer.calls == ["a:1"]
+    writer.open.set()  # the broker answers after all
+    deadline = time.monotonic() + 30
+    pending = app.redbeat_conf.keys.pending
+    client = store_for(app).client
+    while client.hexists(pending, "a:1") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not client.hexists(pending, "a:1")  # the thread confirmed it
+    # the next tick read "a:1" as pending before that confirmation: it is reported done
+    # without being written again
+    after = dispatcher.send(slots(app, "a", "b"), None, ONE_BY_ONE, 5.0)
+    assert after.done == ["a:1", "b:1"]
+    assert writer.written == ["a:1", "b:1"]
+    dispatcher.close()
+
+
+@pytest.mark.parametrize("failure", [OperationalError("connection refused"),
+                                     ConnectionResetError(104, "reset by peer")])
+def test_a_failing_writer_leaves_the_slot_and_those_after_it_pending(app, failure):
+    writer = Writer()
+    writer.failure = failure
+    dispatcher = dispatcher_for(app, writer)
+    sent = dispatcher.send(slots(app, "a", "b"), None, ONE_BY_ONE, 5.0)
+    assert sent.done == [] and sent.broker_failed and writer.calls == ["a:1"]
+    writer.failure = None  # back: the same slots go out, in order
+    assert dispatcher.send(slots(app, "a", "b"), None, ONE_BY_ONE, 5.0).done == ["a:1", "b:1"]
+    dispatcher.close()
+
+
+def test_a_refused_slot_is_dropped_recorded_and_does_not_block_the_others(app):
+    writer = Writer()
+    writer.refuse["b:1"] = EncodeError("cannot serialise")
+    dispatcher = dispatcher_for(app, writer)
+    due = slots(app, "a", "b", "c")
+    due[1][0].save()  # a failure is recorded on its entry
+    sent = dispatcher.send(due, None, ONE_BY_ONE, 5.0)
+    assert sent.done == ["a:1", "b:1", "c:1"] and not sent.broker_failed
+    assert writer.written == ["a:1", "c:1"]
+    failing = store_for(app).client.zrange(app.redbeat_conf.keys.failing, 0, -1)
+    assert failing == ["redbeat:b"]
+    dispatcher.close()
+
+
+def test_nothing_is_sent_once_the_node_may_no_longer_send(app):
+    writer, seat = Writer(), Seat()
+    seat.leading = False
+    dispatcher = dispatcher_for(app, writer, seat)
+    sent = dispatcher.send(slots(app, "a"), None, ONE_BY_ONE, 5.0)
+    assert sent.done == [] and writer.calls == []
+    seat.leading = True
+    dispatcher.close()  # closed: no send starts either
+    assert dispatcher.send(slots(app, "a"), None, ONE_BY_ONE, 5.0).done == []
+    dispatcher.open()
+    assert dispatcher.send(slots(app, "a"), None, ONE_BY_ONE, 5.0).done == ["a:1"]
+    dispatcher.close()
+
+
+def test_a_lease_that_cannot_be_renewed_stops_the_sends(app):
+    """A slow broker makes the sends outlast a third of the lease: the dispatcher renews
+    it between sends, and stops when another node holds it."""
+    clock = Clock(1000.0)
+    writer = Writer()
+    dispatcher = dispatcher_for(app, writer, monotonic=clock)
+    lease = Lease(store_for(app), app.redbeat_conf.keys.lock, 6.0)  # never taken
+
+    def slow(entry: RedBeatSchedulerEntry, task_id: str) -> None:
+        writer(entry, task_id)
+        clock.now += 3.0  # each send takes half the lease
+
+    dispatcher.send_one = slow
+    sent = dispatcher.send(slots(app, "a", "b", "c"), lease, INLINE, 5.0)
+    assert sent.lease_lost and sent.done == ["a:1"]
+
+
+def test_the_inline_path_sends_on_the_callers_thread(app):
+    threads: list[str] = []
+    writer = Writer()
+
+    def recording(entry: RedBeatSchedulerEntry, task_id: str) -> None:
+        threads.append(threading.current_thread().name)
+        writer(entry, task_id)
+
+    dispatcher = dispatcher_for(app, writer)
+    dispatcher.send_one = recording
+    assert dispatcher.send(slots(app, "a"), None, INLINE, 5.0).done == ["a:1"]
+    assert threads == [threading.current_thread().name]
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ("abc", "redbeat_publish_timeout='abc' is not a number"),
+    (-1, "redbeat_publish_timeout=-1 must be above 0"),
+    (0, "redbeat_publish_timeout=0 must be above 0"),
+])
+def test_a_bad_publish_timeout_stops_beat_at_start(redis_server, value, problem):
+    with pytest.raises(SystemExit, match=problem):
+        RedBeatScheduler(make_app(redis_server.url, redbeat_publish_timeout=value))
+
+
+@pytest.mark.parametrize(("value", "timeout"), [(None, 3.0), ("0.5", 0.5), (7, 7.0)])
+def test_the_publish_timeout_reaches_the_dispatcher_and_the_broker_sockets(
+        redis_server, value, timeout):
+    conf = {} if value is None else {"redbeat_publish_timeout": value}
+    app = make_app(redis_server.url, broker_url=redis_server.url, **conf)
+    scheduler = RedBeatScheduler(app)
+    assert scheduler.dispatcher.publish_timeout == timeout
+    options = scheduler.connection.transport_options
+    assert options["socket_timeout"] == options["socket_connect_timeout"] == timeout
