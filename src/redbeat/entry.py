@@ -266,34 +266,33 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         if self.key in self.config.keys.internal:
             raise ValueError(f"entry name {self.name!r} is reserved: its key {self.key!r} is "
                              "one of redbeat's own keys")
-        if not zone_unknown(self.app) or not self.enabled or \
-                not follows_app_zone(self.schedule):
-            score = self._saved_score()
+        meta = meta_json(self.last_run_at)
+        if zone_unknown(self.app) and self.enabled and follows_app_zone(self.schedule):
+            score, rescore = to_score(to_millisecond(self._default_now())), None
         else:
-            score = to_score(to_millisecond(self._default_now()))
-        self.store.save(
-            self.key, self.definition_json(), meta_json(self.last_run_at), score,
-            changed_json(changed_by), self.policy.to_json(),
-        )
+            score = self.score
+            follows = score >= 0 and type(self).due_at is RedBeatSchedulerEntry.due_at
+            rescore = self._score_after if follows else None
+        self.store.save(self.key, self.definition_json(), meta, score,
+                        changed_json(changed_by), self.policy.to_json(), rescore)
         return self
 
-    def _saved_score(self) -> float:
-        """The score to save with. A stored entry keeps its meta (run history), so its
-        next run follows from the stored ``last_run_at``, not from this object's (now,
-        for an entry built afresh): a re-save must not push the next run late, and
-        re-saving faster than the interval must not starve the entry. A stale read
-        only makes the score early, which the next tick corrects without a send."""
-        score = self.score
-        if score < 0 or type(self).due_at is not RedBeatSchedulerEntry.due_at:
-            return score
+    def _score_after(self, stored_meta: str | None) -> float:
+        """The score to save with when the stored meta is ``stored_meta`` (None: none).
+
+        A stored entry keeps its meta (run history), so its next run follows from the
+        stored ``last_run_at``, not from this object's (now, for an entry built afresh):
+        a re-save must not push the next run late, and re-saving faster than the
+        interval must not starve the entry. The store asks only when the stored meta is
+        another run history and the stored score cannot be kept (save.lua)."""
         try:
-            meta = decoder.loads(self.store.load(self.key)[1] or "{}")
+            meta = decoder.loads(stored_meta or "{}")
             last_run_at = meta.get("last_run_at") if isinstance(meta, dict) else None
             if isinstance(last_run_at, datetime) and last_run_at != self.last_run_at:
                 return self.copy(last_run_at=last_run_at).score
         except DECODE_ERRORS:
             pass  # an unreadable meta: the tick quarantines or rewrites it
-        return score
+        return self.score
 
     def delete(self) -> None:
         self.store.delete(self.key)

@@ -20,6 +20,7 @@ which is slow); reads only call :func:`unwrap`, a few dictionary look-ups.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable
@@ -111,8 +112,18 @@ def _cron_field(value: Any) -> bool:
 def _crontab(fields: dict[str, Any]) -> bool:
     if not fields.keys() <= CRONTAB_KEYS or not all(map(_cron_field, fields.values())):
         return False
+    return _crontab_builds(tuple(sorted(
+        (name, tuple(value) if isinstance(value, list) else value)
+        for name, value in fields.items())))
+
+
+@functools.lru_cache(maxsize=1024)
+def _crontab_builds(fields: tuple[tuple[str, Any], ...]) -> bool:
+    """Whether 2.4.2 builds this crontab (which it does in from_key, unguarded); once
+    per distinct crontab: building one is most of the cost of saving a crontab entry."""
     try:
-        celery_schedules.crontab(**fields)  # 2.4.2 builds it in from_key, unguarded
+        celery_schedules.crontab(**{name: list(value) if isinstance(value, tuple) else value
+                                    for name, value in fields})
     except BUILD_ERRORS:
         return False
     return True

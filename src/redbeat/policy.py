@@ -77,6 +77,8 @@ class EntryPolicy:
 
     def to_json(self) -> str | None:
         """The ``policy`` field, or None when every value is the default."""
+        if self == DEFAULT:
+            return None  # most entries: every save asks
         changed = {name: value for name, value in asdict(self).items()
                    if value != getattr(DEFAULT, name)}
         return decoder.dumps(changed) if changed else None

@@ -200,7 +200,8 @@ class ScheduleStore:
             name: client.register_script(load_script(name))
             for name in ("tick", "commit", "confirm", "hold", "read_statics", "sync_statics",
                          "release", "extend", "sweep", "failure", "view_metas",
-                         "count_quarantined", "view_match", "band_entries", "outcome")
+                         "count_quarantined", "view_match", "band_entries", "outcome",
+                         "save")
         }
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Reply:
@@ -455,21 +456,29 @@ class ScheduleStore:
             lambda: self.client.hmget(key, DEFINITION, META, POLICY)))
 
     def save(self, key: str, definition: str, meta: str, score: float, changed: str,
-             policy: str | None = None) -> None:
+             policy: str | None = None,
+             rescore: Callable[[str | None], float] | None = None) -> None:
         """Definition always, meta only when absent (a re-save keeps the run history);
-        the policy field only for entries that have one."""
-        def write() -> None:
-            with self.client.pipeline(transaction=True) as pipe:
-                pipe.hset(key, mapping={DEFINITION: definition, CHANGED: changed})
-                if policy is None:
-                    pipe.hdel(key, POLICY)
-                else:
-                    pipe.hset(key, POLICY, policy)
-                pipe.hsetnx(key, META, meta)
-                pipe.hdel(key, QUARANTINE)
-                pipe.zadd(self.keys.schedule, {key: score})
-                pipe.execute()
-        self.retry.call(write)
+        the policy field only for entries that have one; atomically, in one round trip
+        (save.lua) when nothing stored contradicts ``score``.
+
+        ``rescore`` is given when ``score`` is the next run after ``meta``'s last run:
+        then it holds only where ``meta`` is the stored history (none stored yet), or the
+        stored definition and policy are these and the stored score is kept. Otherwise
+        the script writes nothing and names the stored meta, and ``rescore(stored meta)``
+        gives the score to write while that meta is still the stored one (one more round
+        trip, again if a tick wrote in between)."""
+        follows, expected = "1" if rescore is not None else "", ""
+        while True:
+            reply = self._run("save", [key, self.keys.schedule],
+                              [definition, meta, repr(score), changed, policy or "", follows,
+                               expected])
+            if reply.status == "ok":
+                return
+            if reply.status != "meta" or rescore is None:
+                raise ResponseError(f"save.lua replied {reply!r}")
+            stored = reply.payload[0]
+            score, expected = rescore(stored), "" if stored is None else f"={stored}"
 
     def write_meta(self, key: str, meta: str, score: float) -> None:
         def write() -> None:
