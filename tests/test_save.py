@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import pytest
 from celery.schedules import crontab
 
 from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
-from redbeat.entry import meta_json, store_for
+from redbeat.entry import EntryNotFound, meta_json, store_for
+from redbeat.manage import delete_entry, set_enabled
 from redbeat.nextrun import next_run
 from redbeat.policy import DEFAULT, EntryPolicy
 from support.counting import counting_client
@@ -173,3 +175,28 @@ def test_a_disabled_entry_is_one_round_trip_and_keeps_its_history(redis_server):
     assert trips <= 2
     assert '"total_run_count": 2' in redis_server.client().hget("redbeat:off", "meta")
     assert score(redis_server, "off") == off.copy(last_run_at=last).score
+
+
+def test_from_key_delete_and_the_operators_delete_are_one_round_trip(redis_server):
+    app = counted_app(redis_server)
+    client = redis_server.client()
+    counter = app.redbeat_redis.counter
+    RedBeatSchedulerEntry("a", "tasks.x", 60.0, app=app).save()
+    RedBeatSchedulerEntry("b", "tasks.x", 60.0, app=app).save()
+    client.sadd("redbeat::statics", "b")
+    before = counter.round_trips
+    entry = RedBeatSchedulerEntry.from_key("redbeat:a", app=app)
+    entry.delete()
+    delete_entry(app, "b")
+    assert counter.round_trips - before == 3
+    assert client.exists("redbeat:a", "redbeat:b") == 0
+    assert client.zcard(SCHEDULE) == 0
+    assert client.smembers("redbeat::statics") == set()
+    client.set("redbeat:other", "another client's string")
+    with pytest.raises(EntryNotFound):
+        delete_entry(app, "other")
+    assert client.get("redbeat:other") == "another client's string"
+    RedBeatSchedulerEntry("c", "tasks.x", 60.0, app=app).save()
+    before = counter.round_trips
+    set_enabled(app, "c", False)  # read (no history), then the save
+    assert counter.round_trips - before == 2

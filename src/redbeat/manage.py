@@ -304,7 +304,8 @@ def get_entry(app: Celery, name: str) -> EntryInfo:
 
 
 def _loaded(app: Celery, name: str) -> RedBeatSchedulerEntry:
-    info = get_entry(app, name)
+    """The entry to change (its history is not needed for that)."""
+    info = _read_entry(app, name)
     if info.entry is None:
         raise InvalidEntry(info.key, info.error or "unreadable")
     return info.entry
@@ -412,11 +413,9 @@ def release_quarantined(app: Celery, names: Iterable[str] | None = None,
 
 
 def delete_entry(app: Celery, name: str) -> None:
-    get_entry(app, name)  # EntryNotFound when missing
-    store = store_for(app)
-    config = ensure_conf(app)
-    store.delete(config.keys.entry(name))
-    store.forget_static(name)
+    """EntryNotFound (a KeyError) when there is no such entry."""
+    if not store_for(app).delete_entry(ensure_conf(app).keys.entry(name), name):
+        raise EntryNotFound(name)
 
 
 def run_now(app: Celery, name: str) -> str:
@@ -427,7 +426,7 @@ def run_now(app: Celery, name: str) -> str:
     slot (the record names the definition, kept once in the held definitions hash), so
     confirming it releases the definition the same way. Returns the task id."""
     store = store_for(app)
-    info = get_entry(app, name)
+    info = _read_entry(app, name)
     if info.entry is None:
         raise InvalidEntry(info.key, info.error or "unreadable")
     now = datetime.now(timezone.utc)

@@ -201,7 +201,7 @@ class ScheduleStore:
             for name in ("tick", "commit", "confirm", "hold", "read_statics", "sync_statics",
                          "release", "extend", "sweep", "failure", "view_metas",
                          "count_quarantined", "view_match", "band_entries", "outcome",
-                         "save")
+                         "save", "remove")
         }
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Reply:
@@ -495,6 +495,12 @@ class ScheduleStore:
                 pipe.delete(key)
                 pipe.execute()
         self.retry.call(write)
+
+    def delete_entry(self, key: str, name: str) -> bool:
+        """Delete the entry (its hash, member and static name) in one atomic round trip;
+        False, touching nothing, when ``key`` holds no entry."""
+        return self._run("remove", [key, self.keys.schedule, self.keys.statics],
+                         [name]).status == "ok"
 
     def due_keys(self, now: float, limit: int) -> list[str]:
         """Keys due at ``now`` (at most ``limit``), then the one due next."""
