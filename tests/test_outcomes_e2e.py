@@ -8,6 +8,7 @@ same tasks as before."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -19,7 +20,7 @@ from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
 from redbeat.keys import RUN
 from redbeat.runs import RunRecord
-from support.processes import HANG, Cluster
+from support.processes import HANG, SPANS, Cluster
 from support.waiting import wait_until
 from test_e2e_publish import RABBITMQ, rabbitmq_up
 
@@ -127,3 +128,104 @@ def test_a_worker_without_the_setting_records_nothing(tmp_path, redis_server, br
         assert all(run["id"].startswith("ok:") for run in cluster.executions())
     finally:
         cluster.stop()
+
+
+def spans(client: redis.Redis, name: str) -> list[dict]:
+    return sorted((span for span in map(json.loads, client.lrange(SPANS, 0, -1))
+                   if span["tag"] == name), key=lambda span: span["start"])
+
+
+def test_overlap_skip_and_buffer_one_never_overlap_and_count_every_skipped_slot(
+        tmp_path, redis_server, broker):
+    broker_url, queue = broker
+    client = redis_server.client()
+    app = make_app(redis_server.url)
+    start = datetime.now(timezone.utc).replace(microsecond=0)
+    for name, overlap in (("skip", "skip"), ("buffer", "buffer_one")):
+        RedBeatSchedulerEntry(name, "beatapp.sleep", 1, args=[name, 2.5], app=app,
+                              last_run_at=start, overlap=overlap).save()
+    cluster = Cluster(tmp_path, redis_server.url, broker_url, **queue_settings(queue),
+                      redbeat_worker_outcomes=True)
+    try:
+        beat = cluster.beat("beat")
+        cluster.worker("w1", queues=queue, concurrency=2)
+        wait_until(lambda: len(spans(client, "skip")) >= 3 and len(spans(client, "buffer")) >= 3,
+                   90, "three runs of each")
+        beat.terminate()
+        wait_until(lambda: all(run_of(client, name) and not run_of(client, name).active
+                               for name in ("skip", "buffer")), 30, "the last runs ended")
+    finally:
+        cluster.stop()
+    for name in ("skip", "buffer"):
+        runs = spans(client, name)
+        for earlier, later in zip(runs, runs[1:], strict=False):
+            assert later["start"] >= earlier["end"], (name, runs)  # never two at once
+        entry = RedBeatSchedulerEntry.from_key(f"redbeat:{name}", app=app)
+        misfires = json.loads(client.hget(f"redbeat:{name}", "misfires"))
+        first = int(runs[0]["id"].rsplit(":", 1)[1]) / 1000  # the first slot claimed
+        decided = round(entry.last_run_at.timestamp() - first) + 1  # every slot since
+        assert entry.total_run_count == len(runs), name
+        # a slot still waiting when beat stopped (buffer_one) is neither run nor skipped
+        waiting = int(run_of(client, name).buffered_ms is not None)
+        assert entry.total_run_count + misfires["overlap"] + waiting == decided, (
+            name, misfires, waiting)
+    # buffer_one starts the waiting slot once the run before it ends (beat's next tick)
+    runs = spans(client, "buffer")
+    waits = [later["start"] - earlier["end"]
+             for earlier, later in zip(runs, runs[1:], strict=False)]
+    assert max(waits) < 3, waits
+
+
+def test_relative_to_execution_counts_the_interval_from_the_end_of_the_run(
+        tmp_path, redis_server, broker):
+    broker_url, queue = broker
+    client = redis_server.client()
+    app = make_app(redis_server.url)
+    RedBeatSchedulerEntry("after", "beatapp.sleep", 2, args=["after", 1.5], app=app,
+                          last_run_at=datetime.now(timezone.utc) - timedelta(seconds=2),
+                          relative_to="execution").save()
+    cluster = Cluster(tmp_path, redis_server.url, broker_url, **queue_settings(queue),
+                      redbeat_worker_outcomes=True)
+    try:
+        cluster.beat("beat")
+        cluster.worker("w1", queues=queue, concurrency=2)
+        wait_until(lambda: len(spans(client, "after")) >= 4, 90, "four runs")
+    finally:
+        cluster.stop()
+    runs = spans(client, "after")
+    gaps = [later["start"] - earlier["end"] for earlier, later in zip(runs, runs[1:], strict=False)]
+    assert min(gaps) >= 2.0, gaps  # an interval after the previous run ended, at least
+    assert max(gaps) < 2.0 + 3.0, gaps  # and soon after: woken by the worker's report
+
+
+def test_a_killed_worker_releases_an_entry_after_its_bound(tmp_path, redis_server, broker):
+    broker_url, queue = broker
+    client = redis_server.client()
+    app = make_app(redis_server.url)
+    client.set(HANG, 1)
+    RedBeatSchedulerEntry("held", "beatapp.sleep", 1, args=["held", -1], app=app,
+                          last_run_at=datetime.now(timezone.utc) - timedelta(seconds=1),
+                          overlap="skip", lost_after=4).save()
+    cluster = Cluster(tmp_path, redis_server.url, broker_url, **queue_settings(queue),
+                      redbeat_worker_outcomes=True)
+    try:
+        cluster.beat("beat")
+        worker = cluster.worker("w1", queues=queue)
+        wait_until(lambda: (run_of(client, "held") or RunRecord("", 0, "queued", 0)).state
+                   == "running", 60, "the run started")
+        killed = run_of(client, "held")
+        worker.kill()
+        client.delete(HANG)
+        cluster.worker("w2", queues=queue)
+        wait_until(lambda: any(o["outcome"] == "success" for o in outcomes(client, "held")),
+                   60, "a run after the killed one")
+    finally:
+        cluster.stop()
+    records = outcomes(client, "held")
+    lost = [o for o in records if o["outcome"] == "lost"]
+    assert [o["task_id"] for o in lost] == [killed.task_id], records
+    first_success = next(o for o in records if o["outcome"] == "success")
+    # the entry stayed held (its slots skipped) until the bound, then went on
+    assert float(first_success["started"]) >= float(killed.started) + 4 - 0.5
+    misfires = json.loads(client.hget("redbeat:held", "misfires"))
+    assert misfires["overlap"] >= 2

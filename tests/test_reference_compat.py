@@ -99,3 +99,29 @@ def test_what_242_writes_runs_here(app, redis_server):
     ours.tick()
     assert sorted(name for name, _ in ours.sent) == ["cron", "iv", "rr"]
     ours.close()
+
+
+def test_242_runs_an_entry_with_outcome_policies_on_its_slots(app, redis_server):
+    """Issue 27's policies and the workers' ``run`` field are invisible to 2.4.2: it loads
+    such an entry and sends it on its schedule, as it would without them."""
+    long_ago = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    RedBeatSchedulerEntry("waits", "tasks.w", 5.0, app=app, last_run_at=long_ago,
+                          overlap="skip", relative_to="execution", lost_after=60).save()
+    client = redis_server.client()
+    client.hset("redbeat:waits", "run", json.dumps({
+        "task_id": "waits:1", "due_ms": 1, "state": "running", "at": 1, "wake": True}))
+    report = run_reference("""
+        from celery.signals import beat_init
+        from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
+        e = RedBeatSchedulerEntry.from_key('redbeat:waits', app=app)
+        sent = []
+        class R(RedBeatScheduler):
+            def apply_async(self, entry, producer=None, advance=True, **kw):
+                sent.append(entry.name)
+        s = R(app=app)
+        class Service: scheduler = s
+        beat_init.send(sender=Service())
+        s.tick()
+        print(json.dumps({'task': e.task, 'sent': sent}))
+    """, redis_server.url)
+    assert report == {"task": "tasks.w", "sent": ["waits"]}

@@ -33,10 +33,24 @@ class Row(NamedTuple):
     meta: str | None
     policy: str | None = None
     misfires: str | None = None
+    #: the entry's latest run (its ``run`` field, '' when it has none), read only for an
+    #: entry whose policy waits for its runs; None when not read
+    run: str | None = None
+
+    @property
+    def watched(self) -> bool:
+        """Whether tick.lua read the entry's latest run (its policy waits for runs)."""
+        return self.run is not None
 
     @property
     def fingerprint(self) -> str:
-        return fingerprint(self.definition, self.meta)
+        """For a watched row, the ``run`` field's sha1 follows (80 hex digits): a worker
+        reporting between the read and the commit changes what the plan was made from,
+        so commit.lua leaves the entry to the next tick."""
+        if not self.watched:
+            return fingerprint(self.definition, self.meta)
+        return fingerprint(self.definition, self.meta) + hashlib.sha1(
+            (self.run or "").encode("utf-8", "surrogateescape")).hexdigest()
 
 
 class Op(NamedTuple):

@@ -21,20 +21,23 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 from celery import Celery
 
 from .batch import Op, Row, definition_sha1
 from .entry_fields import InvalidEntry, meta_json
-from .keys import META, MISFIRES, PARKED_SCORE, QUARANTINE, KeyLayout
-from .nextrun import NextRun, following_run, from_score, next_run, score_of
-from .policy import EntryPolicy, misfire_record
-from .settings import ensure_conf
+from .keys import META, MISFIRES, PARKED_SCORE, QUARANTINE, RUN, KeyLayout
+from .nextrun import NextRun, following_run, from_score, next_run, score_of, to_score
+from .nexttime import count_slots, latest_slot, next_after
+from .policy import COUNT_LIMIT, EntryPolicy, misfire_record
+from .runs import Flight, RunRecord, flight
+from .settings import DEFAULT_LOST_AFTER, ensure_conf
 
 if TYPE_CHECKING:  # the class is the caller's (the scheduler's Entry): this module does no I/O
     from .entry import RedBeatSchedulerEntry
@@ -69,8 +72,11 @@ class Claim(NamedTuple):
 class Plan:
     ops: list[Op] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)
-    #: slots skipped for being later than their misfire grace (a metric's outcome)
+    #: slots skipped for being later than their misfire grace, or for overlapping a run
+    #: still going (a metric's outcome)
     skipped: int = 0
+    #: runs given up on (silent past their bound): (entry key, the outcome to record)
+    lost: list[tuple[str, dict[str, object]]] = field(default_factory=list)
 
     def earliest_score(self) -> float | None:
         """The soonest due time this plan writes: an entry whose early score was just
@@ -89,6 +95,8 @@ class TickSettings:
     #: whether claimed slots get a dispatch record in the history stream
     record_history: bool = True
     misfire_grace_time: float | None = None
+    #: seconds a silent run holds an entry that waits for its runs (redbeat_lost_after)
+    lost_after: float = DEFAULT_LOST_AFTER
 
 
 def pending_message(row: Row, claim: Claim, now: datetime, node: str,
@@ -147,6 +155,9 @@ def plan_row(
         plan.ops.append(Op("update", row.key, row.fingerprint, PARKED_SCORE,
                            expire=int(rules.ttl or 0)))
         return
+    if row.watched and rules.waits_for_runs:
+        _gate(row, entry, rules, run, now, policy, plan)
+        return
     if run.send_at > now:
         # stored early (written by celery-redbeat or by hand): correct it, send nothing
         plan.ops.append(Op("update", row.key, row.fingerprint, run.score))
@@ -155,8 +166,10 @@ def plan_row(
 
 
 def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: NextRun,
-           now: datetime, policy: TickSettings, plan: Plan) -> None:
-    """Claim the slots of a due entry: coalesced or one by one, minus those too late."""
+           now: datetime, policy: TickSettings, plan: Plan,
+           fields: list[tuple[str, str]] | None = None) -> None:
+    """Claim the slots of a due entry: coalesced or one by one, minus those too late.
+    ``fields``: other fields to write with them (a watched entry's lost run)."""
     due = run.due
     slots, dropped = rules.missed(entry.schedule, due, now)
     runs, skipped = slots, []  # type: list[datetime], list[datetime]
@@ -168,15 +181,39 @@ def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: Next
     if slots[0] != due and rules.coalesce:
         logger.info("beat: %s missed slots from %s; one catch-up run for %s",
                     entry.name, due, slots[-1])
-    fields = [(META, meta_json(slots[-1], entry.total_run_count + len(runs)))]
+    overlapping = 0
+    if row.watched and rules.overlap != "allow" and len(runs) > 1:
+        # one run at a time: the catch-up's older slots would overlap its latest
+        overlapping, runs = len(runs) - 1, runs[-1:]
+    fields = [*(fields or ()), (META, meta_json(slots[-1], entry.total_run_count + len(runs)))]
     plan.skipped += len(skipped)
     if skipped or dropped:
         logger.warning("beat: %s: %d slot(s) skipped (past the misfire grace time or the "
                        "catch-up bound)", entry.name, len(skipped) + dropped)
-        misfires = misfire_record(row.misfires, len(skipped) + dropped,
-                                  skipped[-1] if skipped else None)
-        if misfires:
-            fields.append((MISFIRES, misfires))
+        _count_misfires(row, fields, len(skipped) + dropped, skipped[-1] if skipped else None)
+    if overlapping:
+        _count_misfires(row, fields, overlapping, runs[0], "overlap")
+    following = following_run(entry.schedule, rules, entry.name, slots[-1])
+    _send(row, entry, rules, runs, fields, score_of(following),
+          int(rules.ttl or 0) if following is None else 0, now, policy, plan)
+
+
+def _count_misfires(row: Row, fields: list[tuple[str, str]], skipped: int,
+                    last: datetime | None, reason: str = "late") -> None:
+    """Add ``skipped`` slots to the misfires record this op writes (or the stored one)."""
+    previous = next((value for name, value in reversed(fields) if name == MISFIRES),
+                    row.misfires)
+    record = misfire_record(previous, skipped, last, reason)
+    if record:
+        fields[:] = [item for item in fields if item[0] != MISFIRES]
+        fields.append((MISFIRES, record))
+
+
+def _send(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, runs: list[datetime],
+          fields: list[tuple[str, str]], score: float, expire: int, now: datetime,
+          policy: TickSettings, plan: Plan) -> None:
+    """The op that claims ``runs`` (pending, history) with ``fields``, and their claims.
+    A watched entry's latest run becomes its claimed slot, queued."""
     claims, pending, records = [], [], []
     for slot in runs:
         task_id = slot_task_id(entry.name, slot) if policy.deterministic_task_ids \
@@ -186,12 +223,129 @@ def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: Next
             pending.append((task_id, repr(slot.timestamp())))
         if policy.record_history:
             records.append((task_id, due_ms(slot)))
-    following = following_run(entry.schedule, rules, entry.name, slots[-1])
-    score = score_of(following)
-    expire = int(rules.ttl or 0) if following is None else 0
+    if row.watched and claims:
+        last = claims[-1]
+        queued = RunRecord(last.task_id, int(due_ms(last.due)), "queued", now.timestamp(),
+                           wake=rules.relative_to == "execution")
+        fields = [item for item in fields if item[0] != RUN] + [(RUN, queued.to_json())]
     plan.ops.append(Op("update", row.key, row.fingerprint, score, tuple(fields),
                        tuple(pending), expire, tuple(records)))
     plan.claims.extend(claims)
+
+
+# -- entries whose policy waits for their runs (docs/outcomes.md) ------------------------
+
+def _gate(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: NextRun,
+          now: datetime, policy: TickSettings, plan: Plan) -> None:
+    """A due (or woken) entry whose policy waits for its runs: decided from its latest
+    run as the workers reported it (``row.run``) and the bound on a silent one."""
+    state = flight(RunRecord.parse(row.run), now.timestamp(),
+                   rules.lost_after or policy.lost_after)
+    fields: list[tuple[str, str]] = []
+    if state.lost is not None:
+        lost = state.lost
+        logger.warning("beat: %s: run %s %s for %.0f s: counted as lost, the entry goes on%s",
+                       entry.name, lost.task_id,
+                       "was never reported" if state.record and state.record.state == "queued"
+                       else "has not reported", rules.lost_after or policy.lost_after,
+                       " (do the workers run with redbeat_worker_outcomes?)"
+                       if state.record and state.record.state == "queued" else "")
+        plan.lost.append((row.key, {"task_id": lost.task_id, "due_ms": lost.due_ms,
+                                    "state": "lost", "started": lost.started,
+                                    "finished": lost.finished, "worker": lost.worker}))
+        fields.append((RUN, lost.to_json()))
+    if rules.relative_to == "execution":
+        _after_execution(row, entry, rules, run, state, now, policy, plan, fields)
+    elif state.busy:
+        _while_busy(row, entry, rules, run, state, now, plan)
+    elif state.record is not None and state.record.buffered_ms is not None:
+        _release_buffered(row, entry, rules, run, state.record.buffered_ms, now, policy, plan,
+                          fields)
+    elif run.send_at > now:
+        plan.ops.append(Op("update", row.key, row.fingerprint, run.score, tuple(fields)))
+    else:
+        _claim(row, entry, rules, run, now, policy, plan, fields)
+
+
+def _after_execution(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy,
+                     run: NextRun, state: Flight, now: datetime, policy: TickSettings,
+                     plan: Plan, fields: list[tuple[str, str]]) -> None:
+    """``relative_to: "execution"``: the next run is the schedule's next time after the
+    previous run ended (an interval after it, for an interval). While a run goes on, the
+    entry waits until its bound (its worker wakes it when it ends)."""
+    if state.busy:
+        assert state.release_at is not None
+        plan.ops.append(Op("update", row.key, row.fingerprint,
+                           to_score(from_score(state.release_at))))
+        return
+    due: datetime | None = run.due
+    ended = state.finished_at
+    if ended is not None and entry.last_run_at is not None:
+        # from the end rounded up to the second (an interval of whole seconds counts its
+        # runs from a whole second): never less than an interval after it
+        due = rules.window(entry.schedule,
+                           next_after(entry.schedule, from_score(math.ceil(ended))))
+    if due is None:
+        logger.info("beat: %s has no more runs; parked", entry.name)
+        plan.ops.append(Op("update", row.key, row.fingerprint, PARKED_SCORE, tuple(fields),
+                           expire=int(rules.ttl or 0)))
+        return
+    if due > now:
+        plan.ops.append(Op("update", row.key, row.fingerprint, to_score(due), tuple(fields)))
+        return
+    fields.append((META, meta_json(due, entry.total_run_count + 1)))
+    release = now + timedelta(seconds=rules.lost_after or policy.lost_after)
+    _send(row, entry, rules, [due], fields, to_score(release), 0, now, policy, plan)
+
+
+def _while_busy(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: NextRun,
+                state: Flight, now: datetime, plan: Plan) -> None:
+    """A slot due while the previous run goes on: skipped (``skip``), or the latest one
+    waits for it (``buffer_one``) with the entry parked until the run's bound (its
+    worker wakes it when it ends). Slots after a buffered one are counted when it goes."""
+    assert state.record is not None and state.release_at is not None
+    release = to_score(from_score(state.release_at))
+    if run.send_at > now or state.record.buffered_ms is not None:
+        score = release if state.record.buffered_ms is not None else run.score
+        plan.ops.append(Op("update", row.key, row.fingerprint, score))
+        return
+    # every slot from the first due one to the latest: none of them runs now
+    latest = latest_slot(entry.schedule, run.due, now)
+    due_now = count_slots(entry.schedule, run.due, latest, COUNT_LIMIT)
+    fields = [(META, meta_json(latest, entry.total_run_count))]
+    if rules.overlap == "skip":
+        logger.info("beat: %s: %d slot(s) to %s skipped, the previous run (%s) is still %s",
+                    entry.name, due_now, latest, state.record.task_id, state.record.state)
+        _count_misfires(row, fields, due_now, latest, "overlap")
+        plan.skipped += due_now
+        following = following_run(entry.schedule, rules, entry.name, latest)
+        plan.ops.append(Op("update", row.key, row.fingerprint, score_of(following),
+                           tuple(fields), expire=int(rules.ttl or 0) if following is None else 0))
+        return
+    if due_now > 1:  # the latest one waits
+        _count_misfires(row, fields, due_now - 1, None, "overlap")
+        plan.skipped += due_now - 1
+    waiting = replace(state.record, buffered_ms=int(due_ms(latest)), wake=True)
+    fields.append((RUN, waiting.to_json()))
+    plan.ops.append(Op("update", row.key, row.fingerprint, release, tuple(fields)))
+
+
+def _release_buffered(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy,
+                      run: NextRun, buffered_ms: int, now: datetime, policy: TickSettings,
+                      plan: Plan, fields: list[tuple[str, str]]) -> None:
+    """The run a buffered slot waited for has ended: the slot goes now, and the slots
+    that came due meanwhile are skipped (at most one waits)."""
+    buffered = from_score(buffered_ms / 1000)
+    last = buffered
+    if run.send_at <= now:
+        last = latest_slot(entry.schedule, run.due, now)
+        skipped = count_slots(entry.schedule, run.due, last, COUNT_LIMIT)
+        _count_misfires(row, fields, skipped, last, "overlap")
+        plan.skipped += skipped
+    fields.append((META, meta_json(last, entry.total_run_count + 1)))
+    following = following_run(entry.schedule, rules, entry.name, last)
+    _send(row, entry, rules, [buffered], fields, score_of(following),
+          int(rules.ttl or 0) if following is None else 0, now, policy, plan)
 
 
 def plan_batch(

@@ -9,6 +9,12 @@ an unknown key there breaks it. The policy therefore lives in its own hash field
      "coalesce": true, "max_catch_up": 10, "jitter": <seconds>, "ttl": <seconds>}
 
 Datetimes are tagged (``{"__type__": "datetime", ...}``) as everywhere else.
+
+Three keys wait for the entry's runs, as the workers report them (docs/outcomes.md):
+``"relative_to": "execution"`` (an interval counted from the end of the previous run),
+``"overlap": "skip" | "buffer_one"`` (no run starts while the previous one is still
+going) and ``"lost_after"`` (seconds a silent run holds the entry; default
+``redbeat_lost_after``).
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ COUNT_LIMIT = 100_000
 #: no policy anybody means, and it breaks the arithmetic: a jittered send time past
 #: year 9999, or an EXPIRE Redis refuses, which failed the whole tick's commit.
 MAX_SECONDS = 100 * 365 * 86400
+RELATIVE_TO = ("schedule", "execution")
+OVERLAP = ("allow", "skip", "buffer_one")
 
 
 @dataclass(frozen=True)
@@ -51,18 +59,33 @@ class EntryPolicy:
     jitter: float = 0.0
     #: Seconds a finished entry (a one-off that ran, an ended window) is kept.
     ttl: float | None = None
+    #: "schedule": runs follow the schedule's slots; "execution" (intervals only): the
+    #: next run is an interval after the previous run finished.
+    relative_to: str = "schedule"
+    #: A slot due while the previous run is still going: "allow" (sent anyway), "skip"
+    #: (counted as a misfire, reason "overlap"), "buffer_one" (the latest one waits
+    #: and is sent when the previous run ends; the others are skipped).
+    overlap: str = "allow"
+    #: Seconds a run may stay silent before it counts as lost and releases the entry
+    #: (None: ``redbeat_lost_after``).
+    lost_after: float | None = None
 
     def __post_init__(self) -> None:
         # A grace is only compared with a lateness: any size will do (the app-wide
         # redbeat_misfire_grace_time is one too); a jitter or ttl is added to a time.
         for name, most in (("misfire_grace_time", math.inf), ("jitter", MAX_SECONDS),
-                           ("ttl", MAX_SECONDS)):
+                           ("ttl", MAX_SECONDS), ("lost_after", MAX_SECONDS)):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or
                                       not isinstance(value, (int, float)) or
                                       not 0 <= value <= most):  # NaN too
                 raise ValueError(f"policy {name!r} must be a number of seconds >= 0"
                                  + (f", at most {most}" if most < math.inf else ""))
+        for name, allowed in (("relative_to", RELATIVE_TO), ("overlap", OVERLAP)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"policy {name!r} must be one of: {', '.join(allowed)}")
+        if self.lost_after == 0:
+            raise ValueError("policy 'lost_after' must be more than 0 seconds")
         if not isinstance(self.coalesce, bool):
             raise ValueError("policy 'coalesce' must be true or false")
         if isinstance(self.max_catch_up, bool) or not isinstance(self.max_catch_up, int) \
@@ -105,6 +128,11 @@ class EntryPolicy:
         if unknown:
             raise ValueError(f"policy has unknown keys: {', '.join(sorted(unknown))}")
         return cls(**values)
+
+    @property
+    def waits_for_runs(self) -> bool:
+        """Whether a tick needs the entry's latest run (its ``run`` field) to decide."""
+        return self.overlap != "allow" or self.relative_to == "execution"
 
     def with_default_grace(self, grace: float | None) -> EntryPolicy:
         if self.misfire_grace_time is not None or grace is None:
@@ -183,10 +211,13 @@ def _parse_policy(text: str) -> EntryPolicy:
     return EntryPolicy._parse(text)
 
 
-def misfire_record(previous: str | None, skipped: int,
-                   last_skipped: datetime | None) -> str | None:
-    """The ``misfires`` field after this tick: how many slots were skipped (too late, or
-    beyond the catch-up bound) and the last one; None when nothing was skipped."""
+def misfire_record(previous: str | None, skipped: int, last_skipped: datetime | None,
+                   reason: str = "late") -> str | None:
+    """The ``misfires`` field after this tick: how many slots were skipped and the last
+    one; slots skipped for another reason than "late" (past the misfire grace time or
+    the catch-up bound) are also counted under their reason ("overlap": the previous
+    run was still going), and the last reason is kept once there was another; None
+    when nothing was skipped."""
     if not skipped:
         return None
     try:
@@ -196,6 +227,13 @@ def misfire_record(previous: str | None, skipped: int,
     if not isinstance(record, dict):
         record = {}
     record["skipped"] = int(record.get("skipped", 0)) + skipped
+    if reason != "late":  # "skipped" counts every reason; the others are also counted apart
+        try:
+            record[reason] = int(record.get(reason, 0)) + skipped
+        except (TypeError, ValueError):
+            record[reason] = skipped
+    if reason != "late" or "last_reason" in record:
+        record["last_reason"] = reason
     if last_skipped is not None:
         record["last_skipped"] = last_skipped.isoformat()
     return json.dumps(record)

@@ -393,6 +393,7 @@ class RedBeatScheduler(Scheduler):
             at_least_once=self.config.delivery == AT_LEAST_ONCE,
             record_history=self.config.history_records > 0,
             misfire_grace_time=self.config.misfire_grace_time,
+            lost_after=self.config.lost_after,
         )
         plan = plan_batch(self.app, fetch.rows, now, policy, self.Entry)
         self.metrics.dispatched("skipped", plan.skipped)
@@ -407,6 +408,10 @@ class RedBeatScheduler(Scheduler):
                 # edited between the read and the commit: nothing was recorded, so
                 # nothing is sent; the next tick (at once, below) reads the new version
                 claims = [claim for claim in claims if claim.entry.key not in skipped]
+            # runs given up on: their outcome (the commit wrote their run field)
+            self.store.append_outcomes([(key, report) for key, report in plan.lost
+                                        if key not in skipped],
+                                       self.config.history_stream_length)
         if claims and lease is not None:
             lease.renewed(self.monotonic())  # the commit that claimed them renewed it
         sent = self.dispatcher.send_claims(claims, lease, path, self.poll_interval / 2, drafts)

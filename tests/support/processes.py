@@ -202,8 +202,11 @@ class Cluster:
         return self._start(name, args, settings, python)
 
     def worker(self, name: str = "worker", queues: str | None = None,
-               **settings: Any) -> CeleryProcess:
-        args = ["worker", "-P", "solo", "-l", "info", "-n", f"{name}@%h",
+               concurrency: int = 1, **settings: Any) -> CeleryProcess:
+        """A worker of the solo pool, or with ``concurrency`` > 1 of the threads pool
+        (several runs at once, in one process)."""
+        pool = ["-P", "solo"] if concurrency == 1 else ["-P", "threads", "-c", str(concurrency)]
+        args = ["worker", *pool, "-l", "info", "-n", f"{name}@%h",
                 "--without-heartbeat", "--without-gossip", "--without-mingle",
                 *(["-Q", queues] if queues else [])]
         return self._start(name, args, settings)

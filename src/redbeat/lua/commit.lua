@@ -1,7 +1,9 @@
 -- Apply one tick's decisions, only while this node still holds the lock.
 -- Each operation names the fingerprint (sha1 of definition, newline, meta) of the
 -- entry it was computed from; an entry edited or deleted since tick.lua read it is
--- left alone and is read again by the next tick.
+-- left alone and is read again by the next tick. For an entry whose policy waits for
+-- its runs the sha1 of its 'run' field follows (80 hex digits): a worker's report since
+-- the read leaves it alone too.
 --
 -- KEYS[1] - schedule sorted set
 -- KEYS[2] - lock key
@@ -115,9 +117,11 @@ for _, op in ipairs(cjson.decode(ARGV[5])) do
       applied = applied + 1
     end
   else
-    local current = redis.call('HMGET', key, 'definition', 'meta', 'quarantine', 'history:0')
+    local current = redis.call('HMGET', key, 'definition', 'meta', 'quarantine', 'history:0',
+                               'run')
     local unchanged = current[1] and
-      redis.sha1hex(current[1] .. '\n' .. (current[2] or '')) == fingerprint
+      redis.sha1hex(current[1] .. '\n' .. (current[2] or '')) == string.sub(fingerprint, 1, 40)
+      and (#fingerprint == 40 or redis.sha1hex(current[5] or '') == string.sub(fingerprint, 41))
     if unchanged or (kind == 'quarantine' and not current[1]) then
       write_fields(key, fields)
       if kind == 'update' then

@@ -23,7 +23,9 @@
 --           policies = {key, policy|false, ...}, the policy field of each entry those
 --           records are slots of (the misfire grace a re-send must honour), and
 --           rows = one JSON text: [[key, score, definition|null, meta|null,
---                  policy|null, misfires|null], ...], the score a decimal string
+--                  policy|null, misfires|null(, run)], ...], the score a decimal
+--                  string; run (the entry's latest run, '' for none) only for an entry
+--                  whose policy names "overlap" or "relative_to" (its row is "watched")
 --                  (cjson would round a number to 14 digits)
 --           (one bulk string parses far faster in the client than thousands of
 --           array elements; bytes that are not UTF-8 pass through cjson unchanged)
@@ -50,8 +52,14 @@ for i = 1, #due, 2 do
   if fields.err then
     fields = {}  -- not a hash: commit.lua drops it
   end
-  rows[#rows + 1] = {key, due[i + 1], fields[1] or cjson.null,
-                     fields[2] or cjson.null, fields[3] or cjson.null, fields[4] or cjson.null}
+  local row = {key, due[i + 1], fields[1] or cjson.null,
+               fields[2] or cjson.null, fields[3] or cjson.null, fields[4] or cjson.null}
+  local policy = fields[3]
+  if policy and (string.find(policy, '"overlap"', 1, true) or
+                 string.find(policy, '"relative_to"', 1, true)) then
+    row[7] = redis.call('HGET', key, 'run') or ''  -- a policy that waits for runs
+  end
+  rows[#rows + 1] = row
 end
 
 local pending, held, policies = {}, {}, {}
