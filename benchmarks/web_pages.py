@@ -9,6 +9,10 @@ disabled, so parked) and each kind of page is read through ``redbeat.browse.read
 Each figure is the median of ``--repeats`` reads; round trips and commands are counted
 on the client. The name and last-run orders are built once before they are measured
 (their build time, paid at most every 30 s, is reported apart).
+
+Then every page of the view is requested whole through its WSGI app (``redbeat.web.
+create_app``, in process, no HTTP server or browser): the Redis reads and the HTML
+rendering, with the round trips each request costs.
 """
 
 from __future__ import annotations
@@ -70,6 +74,44 @@ def measure(app: Any, query: browse.Query, repeats: int) -> dict[str, float]:
             "commands": commands, "rows": len(page.rows), "examined": page.examined}
 
 
+def pages(size: int) -> dict[str, str]:
+    return {
+        "/entries": "/entries",
+        "/entries, last page": f"/entries?start={size - browse.PAGE_SIZE}",
+        "/entries?order=name, middle": f"/entries?order=name&start={size // 2}",
+        "/entries?state=disabled": "/entries?state=disabled",
+        "/entry (one entry)": f"/entry?name=n{size // 2 + 1}",
+        "/timeline (as cached)": "/timeline",
+        "/nodes": "/nodes",
+    }
+
+
+def measure_pages(app: Any, size: int, repeats: int) -> None:
+    """Each page through the WSGI app: median time, round trips of the last request.
+    The timeline is requested once before (its computation is kept 30 s in Redis and
+    shared) and its first computation reported apart."""
+    from redbeat.web import create_app
+
+    client = create_app(app).test_client()
+    started = time.perf_counter()
+    client.get("/timeline")
+    print(f"\ntimeline computed in {(time.perf_counter() - started) * 1000:.0f} ms "
+          f"(at most every {browse.TIMELINE_REFRESH} s)\n")
+    print("| page (whole request) | ms (median) | round trips | bytes |")
+    print("| --- | --- | --- | --- |")
+    for label, path in pages(size).items():
+        times, trips, length = [], 0, 0
+        for _ in range(repeats):
+            before = app.redbeat_redis.counter.round_trips
+            started = time.perf_counter()
+            response = client.get(path)
+            times.append(time.perf_counter() - started)
+            trips = app.redbeat_redis.counter.round_trips - before
+            length = len(response.data)
+            assert response.status_code == 200, (path, response.status_code)
+        print(f"| {label} | {statistics.median(times) * 1000:.1f} | {trips} | {length:,} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000")
@@ -97,6 +139,7 @@ def main() -> None:
                 m = measure(app, query, args.repeats)
                 print(f"| {label} | {m['ms']:.1f} | {m['round trips']} | {m['commands']} | "
                       f"{m['rows']} | {m['examined']} |")
+            measure_pages(app, size, args.repeats)
 
 
 if __name__ == "__main__":
