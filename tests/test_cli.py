@@ -461,14 +461,14 @@ def test_run_now_says_when_no_beat_leads_and_times_carry_their_zone(run, redis_s
 @pytest.mark.parametrize(("every", "seconds"), [
     ("30", 30), ("30s", 30), ("1m30s", 90), ("1h 30m", 5400), ("1w", 604800), ("1.5h", 5400)])
 def test_durations(every, seconds):
-    from redbeat.cli import parse_every
+    from redbeat.schedule_text import parse_every
 
     assert parse_every(every) == seconds
 
 
 @pytest.mark.parametrize("every", ["abc", "1x", "m", "30s5", "", "-5s"])
 def test_bad_durations_are_refused(every):
-    from redbeat.cli import parse_every
+    from redbeat.schedule_text import parse_every
 
     with pytest.raises(ValueError):
         parse_every(every)
@@ -478,7 +478,7 @@ def test_bad_durations_are_refused(every):
     ("@daily", "0 0 * * *"), ("@hourly", "0 * * * *"), ("@weekly", "0 0 * * 0"),
     ("0 9 * * 7", "0 9 * * 0"), ("0 9 * * 5-7", "0 9 * * 5-6,0")])
 def test_cron_shorthands_and_sunday_as_7(cron, fields):
-    from redbeat.cli import parse_cron
+    from redbeat.schedule_text import parse_cron
 
     parsed = parse_cron(cron, None)
     expected = parse_cron(fields, None)
@@ -532,3 +532,17 @@ def test_standalone_show_does_not_list_app_zone_runs_it_cannot_know(run):
     assert "in the app's time zone, which this command does not know" in shown
     assert run("add", "zoned", "tasks.z", "--cron", "0 3 * * *", "--tz", "UTC").exit_code == 0
     assert "03:00:00 UTC" in run("show", "zoned").output
+
+
+def test_add_a_solar_entry_with_priority_and_expires(run, redis_server):
+    result = run("add", "dawn", "tasks.dawn", "--solar", "sunrise 48.85,2.35",
+                 "--priority", "7", "--expires", "5m")
+    assert result.exit_code == 0, result.output
+    entry = RedBeatSchedulerEntry.from_key("redbeat:dawn", app=make_app(redis_server.url))
+    assert (entry.schedule.event, entry.schedule.lat, entry.schedule.lon) == (
+        "sunrise", 48.85, 2.35)
+    assert entry.options == {"priority": 7, "expires": 300.0}
+    assert 'as options:  --solar \'sunrise 48.85,2.35\'' in run("show", "dawn").output
+    refused = run("add", "dusk", "tasks.dusk", "--solar", "moonrise 1,2")
+    assert refused.exit_code == 5 and "--solar: the event must be one of" in refused.output
+    assert run("add", "p", "t", "--every", "1m", "--priority", "300").exit_code == 5

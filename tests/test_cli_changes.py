@@ -151,9 +151,10 @@ def test_edit_changes_one_field_in_place_and_keeps_the_rest(redis_server):
         (["--options", "[1]"], 5, "--options must be a JSON dict"),
         (["--every", "soon"], 5, "--every wants a duration"),
         (["--ttl", "soon"], 5, "--ttl wants a duration"),
-        (["--misfire-grace", "-1"], 5, "misfire_grace_time' must be a number of seconds >= 0"),
+        (["--misfire-grace", "-1"], 5, "--misfire-grace must be a number of seconds >= 0"),
         (["--every", "1m", "--cron", "@daily"], 2, "only one of"),
-        (["--start", "2030-01-02T00:00:00", "--end", "2030-01-01T00:00:00"], 5, "end_time"),
+        (["--start", "2030-01-02T00:00:00", "--end", "2030-01-01T00:00:00"], 5,
+         "--end must be after --start"),
         (["--task", ""], 5, "--task: the task name is empty"),
         ([], 2, "nothing to change"),
     ]:

@@ -43,6 +43,7 @@ from .entry import (
     store_for,
     zone_unknown,
 )
+from .entry_input import SCHEDULE_FIELDS, json_field, options_from, policy_from, schedule_from
 from .failures import failing_summary, read_failures
 from .keys import CHANGED, MISFIRES, KeyLayout
 from .lock import Holder, expiry_words
@@ -54,16 +55,9 @@ from .retry import AUTH_ERRORS
 from .schedule_text import (
     as_options,
     describe,
-    parse_cron,
-    parse_every,
-    parse_json,
-    parse_limit,
-    parse_rrule,
-    parse_time,
     parse_zone,
     zone_name_of,
 )
-from .schedules import clocked
 from .settings import SettingError, ensure_conf
 
 EXIT_FAILED, EXIT_NOT_FOUND, EXIT_UNREACHABLE, EXIT_INVALID, EXIT_AUTH = 1, 3, 4, 5, 6
@@ -551,6 +545,8 @@ ENTRY_OPTIONS = [
     click.option("--rrule", "rrule_text", default=None,
                  help='RFC 5545: "FREQ=DAILY;BYHOUR=9" (as `show` prints it).'),
     click.option("--at", "run_at", default=None, help="One-off: run once at this ISO time."),
+    click.option("--solar", default=None,
+                 help='Solar event at a place: "sunrise 48.85,2.35" (EVENT LAT,LON).'),
     click.option("--tz", "zone", default=None,
                  help="IANA zone for --cron/--rrule/--at and naive --start/--end."),
     click.option("--args", "args_json", default=None, help="Positional arguments, JSON list."),
@@ -560,6 +556,10 @@ ENTRY_OPTIONS = [
                  help='apply_async options, JSON object: \'{"queue": "q", "priority": 5, '
                       '"expires": 60}\'.'),
     click.option("--queue", default=None, help="Queue to send to (one of the options)."),
+    click.option("--priority", default=None, help="Message priority 0-255 (one of the options)."),
+    click.option("--expires", default=None,
+                 help="Seconds or a duration after which a message not yet taken by a "
+                      "worker expires (one of the options)."),
     click.option("--start", default=None,
                  help="Send nothing before this ISO time (none: no start)."),
     click.option("--end", default=None, help="Send nothing after this ISO time (none: no end)."),
@@ -576,7 +576,6 @@ ENTRY_OPTIONS = [
     click.option("--force", is_flag=True,
                  help="Change a static entry anyway; accept a task the app does not register."),
 ]
-SCHEDULE_OPTIONS = ("every", "cron", "rrule_text", "run_at")
 
 
 def entry_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -587,47 +586,9 @@ def entry_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _schedule_from(values: dict[str, Any]) -> Any:
     """The schedule the options give, or None when they give none."""
-    given = [name for name in SCHEDULE_OPTIONS if values[name]]
-    if len(given) > 1:
-        raise click.UsageError("give only one of --every, --cron, --rrule, --at")
-    zone = parse_zone(values["zone"])
-    if values["every"]:
-        return parse_every(values["every"])
-    if values["cron"]:
-        return parse_cron(values["cron"], zone)
-    if values["run_at"]:
-        return clocked(parse_time(values["run_at"], zone))
-    if values["rrule_text"]:
-        return parse_rrule(values["rrule_text"], zone)
-    return None
-
-
-def _policy_from(values: dict[str, Any], base: EntryPolicy) -> EntryPolicy:
-    """``base`` with the policy options given (validated by EntryPolicy itself)."""
-    zone = values["zone"]
-    changes: dict[str, Any] = {}
-    for option, name in (("start", "start_time"), ("end", "end_time")):
-        text = values[option]
-        if text is not None:
-            changes[name] = (None if text.strip().lower() == "none"
-                             else parse_time(text, zone, f"--{option}"))
-    for option, name in (("misfire_grace", "misfire_grace_time"), ("ttl", "ttl")):
-        if values[option] is not None:
-            changes[name] = parse_limit(values[option], "--" + option.replace("_", "-"))
-    for option, name in (("coalesce", "coalesce"), ("jitter", "jitter")):
-        if values[option] is not None:
-            changes[name] = values[option]
-    return dataclasses.replace(base, **changes)
-
-
-def _options_from(values: dict[str, Any], base: dict[str, Any] | None) -> dict[str, Any] | None:
-    """apply_async options: ``--options`` replaces them, ``--queue`` sets one."""
-    options = dict(base or {})
-    if values["options_json"] is not None:
-        options = parse_json(values["options_json"], "--options", dict)
-    if values["queue"]:
-        options["queue"] = values["queue"]
-    return options or None
+    if sum(1 for name in SCHEDULE_FIELDS if values[name]) > 1:
+        raise click.UsageError("give only one of --every, --cron, --rrule, --at, --solar")
+    return schedule_from(values)
 
 
 class Refused(Exception):
@@ -676,13 +637,13 @@ def add(ctx: click.Context, name: str, task: str, disabled: bool, force: bool,
     TASK must be one the app registers (--force accepts another)."""
     chosen = _schedule_from(values)
     if chosen is None:
-        raise click.UsageError("give exactly one of --every, --cron, --rrule, --at")
-    policy = _policy_from(values, EntryPolicy())
+        raise click.UsageError("give exactly one of --every, --cron, --rrule, --at, --solar")
+    policy = policy_from(values, EntryPolicy())
     _check_task(ctx, task, "TASK", force)
     entry = RedBeatSchedulerEntry(
-        name, task, chosen, args=parse_json(values["args_json"], "--args", list),
-        kwargs=parse_json(values["kwargs_json"], "--kwargs", dict),
-        options=_options_from(values, None), enabled=not disabled, app=_app(ctx),
+        name, task, chosen, args=json_field(values, "args_json", list),
+        kwargs=json_field(values, "kwargs_json", dict),
+        options=options_from(values, None), enabled=not disabled, app=_app(ctx),
         policy=policy,
     )
     if name:
@@ -728,11 +689,11 @@ def edit(ctx: click.Context, name: str, task: str | None, force: bool, **values:
     if schedule is not None:
         changes["schedule"] = schedule
     if values["args_json"] is not None:
-        changes["args"] = parse_json(values["args_json"], "--args", list)
+        changes["args"] = json_field(values, "args_json", list)
     if values["kwargs_json"] is not None:
-        changes["kwargs"] = parse_json(values["kwargs_json"], "--kwargs", dict)
-    changes["options"] = _options_from(values, old.options)
-    changes["policy"] = _policy_from(values, old.policy)
+        changes["kwargs"] = json_field(values, "kwargs_json", dict)
+    changes["options"] = options_from(values, old.options)
+    changes["policy"] = policy_from(values, old.policy)
     _guard_statics(ctx, [name], force)
     entry = manage.edit_entry(app, name, changed_by="cli", **changes)
     click.echo(f"edited {_shown(name)}: {describe(entry.schedule)}, "

@@ -121,19 +121,20 @@ def _sunday_as_zero(field: str) -> str:
     return ",".join(items)
 
 
-def parse_cron(text: str, zone: str | None) -> crontab:
+def parse_cron(text: str, zone: str | None, option: str = "--cron") -> crontab:
     """Five cron fields, or a shorthand (``@daily``, ``@hourly``...)."""
     text = CRON_SHORTHANDS.get(text.strip().lower(), text)
     fields = text.split()
     if len(fields) != 5:
-        raise ValueError(f"--cron wants 5 fields (minute hour day month weekday), not {text!r}")
+        raise ValueError(f"{option} wants 5 fields (minute hour day month weekday), "
+                         f"not {text!r}")
     minute, hour, day_of_month, month_of_year, day_of_week = fields
     day_of_week = _sunday_as_zero(day_of_week)
     return zoned_crontab(minute=minute, hour=hour, day_of_month=day_of_month,
                          month_of_year=month_of_year, day_of_week=day_of_week, timezone=zone)
 
 
-def parse_rrule(text: str, zone: str | None) -> rrule:
+def parse_rrule(text: str, zone: str | None, option: str = "--rrule") -> rrule:
     """RFC 5545 ``FREQ=...;BYHOUR=...`` (DTSTART and UNTIL as YYYYMMDDTHHMMSS in ``zone``).
 
     Every part is checked here, so a mistake is reported naming the part: the
@@ -146,45 +147,45 @@ def parse_rrule(text: str, zone: str | None) -> rrule:
         if name == "FREQ":
             freq = value.strip().upper()
             if freq not in FREQUENCIES:
-                raise ValueError(f"--rrule: FREQ={value.strip()!r} is not one of "
+                raise ValueError(f"{option}: FREQ={value.strip()!r} is not one of "
                                  f"{', '.join(FREQUENCIES)}")
         elif name == "INTERVAL":
-            fields["interval"] = _rrule_numbers(name, value)[0]
+            fields["interval"] = _rrule_numbers(name, value, option)[0]
         elif name == "BYDAY":
-            fields["byweekday"] = [_rrule_day(day) for day in value.split(",")]
+            fields["byweekday"] = [_rrule_day(day, option=option) for day in value.split(",")]
         elif name == "WKST":
-            fields["wkst"] = _rrule_day(value, "WKST")
+            fields["wkst"] = _rrule_day(value, "WKST", option)
         elif name in ("DTSTART", "UNTIL"):
             try:
                 fields[name.lower()] = datetime.strptime(value.strip().rstrip("Z"), RRULE_TIME)
             except ValueError:
-                raise ValueError(f"--rrule: {name} wants YYYYMMDDTHHMMSS, not "
+                raise ValueError(f"{option}: {name} wants YYYYMMDDTHHMMSS, not "
                                  f"{value!r}") from None
         elif name in RRULE_KEYS:
-            numbers = _rrule_numbers(name, value)
+            numbers = _rrule_numbers(name, value, option)
             fields[RRULE_KEYS[name]] = numbers[0] if name == "COUNT" else numbers
         else:
-            raise ValueError(f"--rrule: unsupported part {name!r}")
+            raise ValueError(f"{option}: unsupported part {name!r}")
     if freq is None:
-        raise ValueError("--rrule needs FREQ=...")
+        raise ValueError(f"{option} needs FREQ=...")
     return rrule(freq, timezone=zone, **fields)
 
 
-def _rrule_numbers(name: str, value: str) -> list[int]:
+def _rrule_numbers(name: str, value: str, option: str) -> list[int]:
     try:
         return [int(v) for v in value.split(",")]
     except ValueError:
-        raise ValueError(f"--rrule: {name} wants whole numbers, not {value!r}") from None
+        raise ValueError(f"{option}: {name} wants whole numbers, not {value!r}") from None
 
 
-def _rrule_day(text: str, part: str = "BYDAY") -> weekday:
+def _rrule_day(text: str, part: str = "BYDAY", option: str = "--rrule") -> weekday:
     """``MO`` or ``+1MO``/``-1FR`` (the first Monday, the last Friday of the period)."""
     day = text.strip().upper()
     try:
         n = int(day[:-2]) if day[:-2] else None
         return weekday(WEEKDAYS[day[-2:]], n)
     except (KeyError, ValueError):
-        raise ValueError(f"--rrule: {part} wants days such as MO,WE or +1MO, not "
+        raise ValueError(f"{option}: {part} wants days such as MO,WE or +1MO, not "
                          f"{text.strip()!r}") from None
 
 
@@ -234,7 +235,7 @@ def rrule_text(value: rrule) -> str:
 
 def as_options(value: Any) -> list[str] | None:
     """The ``add`` options that give this schedule back (None for a kind ``add`` cannot
-    write: solar, or a class of the application's own)."""
+    write: a class of the application's own)."""
     if isinstance(value, rrule):
         zone = ["--tz", value.named_zone] if value.named_zone else []
         return ["--rrule", rrule_text(value), *zone]
@@ -245,7 +246,9 @@ def as_options(value: Any) -> list[str] | None:
         return ["--cron", " ".join(str(f) for f in fields), *(["--tz", named] if named else [])]
     if isinstance(value, clocked):
         return ["--at", value.run_at.isoformat()]
-    if isinstance(value, schedule) and not isinstance(value, solar):
+    if isinstance(value, solar):
+        return ["--solar", f"{value.event} {value.lat:g},{value.lon:g}"]
+    if isinstance(value, schedule):
         return ["--every", seconds_text(value.run_every.total_seconds())]
     return None
 
