@@ -275,3 +275,94 @@ def test_month_end_rules(redis_server):
     # the wall time holds across Lord Howe's April change (+11 -> +10:30)
     assert {due.astimezone(ZoneInfo(zone)).strftime("%H:%M") for name, due in sent
             if name in ("last-day", "the-31st")} == {"02:30"}
+
+
+# -- issue 24 through the real tick ----------------------------------------------------
+
+TROLL, LORD_HOWE = "Antarctica/Troll", "Australia/Lord_Howe"
+ISSUE_24_GAPS = [
+    (rrule("MINUTELY", interval=45, dtstart=datetime(2027, 1, 1), timezone=LONDON), LONDON,
+     (2027, 3, 28), [(0, 0), (0, 45), (2, 15), (2, 30), (3, 0), (3, 45), (4, 30)]),
+    (rrule("MINUTELY", interval=45, dtstart=datetime(2027, 1, 1), timezone=NEW_YORK),
+     NEW_YORK, (2027, 3, 14), [(0, 0), (0, 45), (1, 30), (3, 0), (3, 15), (3, 45), (4, 30)]),
+    (crontab(minute="10,20,30", hour=2, timezone=LORD_HOWE), LORD_HOWE, (2027, 10, 3),
+     [(2, 30), (2, 40), (2, 50)]),
+    (crontab(minute="*/25", hour="2-4", timezone=TROLL), TROLL, (2027, 3, 28),
+     [(3, 0), (3, 25), (3, 50), (4, 0), (4, 25), (4, 50)]),
+]
+
+
+@pytest.mark.parametrize(("schedule", "zone", "day", "walls"), ISSUE_24_GAPS,
+                         ids=["london-rrule-45", "new-york-rrule-45", "lord-howe-crontab",
+                              "troll-crontab"])
+def test_real_wall_times_after_a_gap_are_sent(redis_server, schedule, zone, day, walls):
+    """Issue 24, item 1: a real wall time just after a gap was never sent when a shifted
+    wall of the gap came after it (02:15 BST, 03:00 EDT, Lord Howe's 02:30, Troll's
+    03:00, 03:25 and 03:50)."""
+    app = make_app(redis_server.url)
+    start = local(zone, *day, 0, 0) - timedelta(minutes=1)
+    save(app, "gap", schedule, start)
+    sent = [due for name, due in run_between(app, start, local(zone, *day, 4, 59),
+                                             step=timedelta(minutes=5)) if name == "gap"]
+    assert sent == [local(zone, *day, *wall) for wall in walls]
+
+
+def run_with_downtime(app, start: datetime, down: datetime, back: datetime,
+                      end: datetime) -> list[tuple[str, datetime]]:
+    """Ticks every minute from ``start`` to ``end``, none from ``down`` to ``back``
+    (beat was down), a new beat from ``back`` on."""
+    before = run_between(app, start, down - timedelta(minutes=1), step=timedelta(minutes=1))
+    return before + run_between(app, back, end, step=timedelta(minutes=1))
+
+
+@pytest.mark.parametrize(("schedule", "policy", "zone", "down", "back", "caught_up"), [
+    # fall back, coalesced: one run for the downtime, the latest (01:59 BST); 01:34 BST
+    # was sent, then 01:59 BST at the next tick
+    (rrule("MINUTELY", interval=25, dtstart=datetime(2027, 10, 31, 0, 19), timezone=LONDON),
+     {}, LONDON, datetime(2027, 10, 31, 0, 10, tzinfo=UTC),
+     datetime(2027, 10, 31, 1, 40, tzinfo=UTC), [(1, 59, 0)]),
+    # spring forward, each slot: the walls of the gap, run shifted, were lost
+    (rrule("MINUTELY", interval=7, dtstart=datetime(2027, 1, 1), timezone=NEW_YORK),
+     {"coalesce": False, "max_catch_up": 100}, NEW_YORK,
+     datetime(2027, 3, 14, 6, 35, tzinfo=UTC), datetime(2027, 3, 14, 7, 35, tzinfo=UTC),
+     [(1, 35, 0), (1, 42, 0), (1, 49, 0), (1, 56, 0), (3, 3, 0), (3, 6, 0), (3, 10, 0), (3, 13, 0),
+      (3, 17, 0), (3, 20, 0), (3, 24, 0), (3, 27, 0), (3, 31, 0), (3, 34, 0)]),
+], ids=["london-fall-back-coalesced", "new-york-spring-forward-each"])
+def test_a_catch_up_across_a_transition_sends_the_runs_of_the_downtime(
+        redis_server, schedule, policy, zone, down, back, caught_up):
+    """Issue 24, item 2, through the tick: beat down across the transition."""
+    app = make_app(redis_server.url)
+    start = down - timedelta(minutes=30)
+    RedBeatSchedulerEntry("catch-up", "tasks.dst", schedule, app=app,
+                          last_run_at=start - timedelta(seconds=1), **policy).save()
+    sent = run_with_downtime(app, start, down, back, back + timedelta(minutes=1))
+    at_back = [due for name, due in sent if name == "catch-up" and due >= down]
+    day = back.astimezone(ZoneInfo(zone))
+    assert at_back == [local(zone, day.year, day.month, day.day, hour, minute, fold=fold)
+                       for hour, minute, fold in caught_up]
+
+
+def test_a_one_off_before_its_window_is_sent_when_the_window_opens(redis_server):
+    """Issue 24, item 3: clocked(17:00) with start_time 18:00 was sent at 17:00."""
+    from redbeat.schedules import clocked
+
+    app = make_app(redis_server.url)
+    five, six = datetime(2027, 1, 1, 17, tzinfo=UTC), datetime(2027, 1, 1, 18, tzinfo=UTC)
+    RedBeatSchedulerEntry("once", "tasks.dst", clocked(five), app=app, start_time=six).save()
+    sent = run_between(app, five - timedelta(minutes=10), six + timedelta(minutes=10))
+    assert sent == [("once", six)]
+
+
+def test_a_crontab_years_away_is_scheduled_for_then(redis_server):
+    """Issue 24, item 4: Feb 29 on a Friday, saved in 2027, was parked as finished
+    (score -1) with no error; it runs on 2036-02-29, as Celery says."""
+    from celery.schedules import crontab as celery_crontab
+
+    app = make_app(redis_server.url)
+    entry = RedBeatSchedulerEntry(
+        "leap-friday", "tasks.dst",
+        celery_crontab(0, 0, day_of_month=29, month_of_year=2, day_of_week="fri", app=app),
+        app=app, last_run_at=datetime(2027, 6, 1, tzinfo=UTC))
+    entry.save()
+    score = redis_server.client().zscore(entry.config.keys.schedule, entry.key)
+    assert score == datetime(2036, 2, 29, tzinfo=UTC).timestamp()

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 import pytest
 from celery import Celery
 from celery.schedules import crontab, schedule, solar
 
-from redbeat.nexttime import count_slots, first_due, latest_slot, next_after, slots_between
-from redbeat.schedules import rrule
+from redbeat import planning
+from redbeat.nextrun import next_run
+from redbeat.nexttime import (
+    ScheduleBoundError,
+    count_slots,
+    first_due,
+    latest_slot,
+    next_after,
+    slots_between,
+)
+from redbeat.policy import EntryPolicy
+from redbeat.schedules import clocked, rrule
+from redbeat.schedules import crontab as zoned_crontab
 
 UTC = timezone.utc
 APP = Celery("nexttime", set_as_current=False)
@@ -151,3 +163,135 @@ def test_solar_next_run_is_the_next_event_not_the_one_just_run(just_after_sunris
     following = next_after(sunrise, just_after_sunrise)
     assert following is not None
     assert timedelta(hours=23) < following - just_after_sunrise < timedelta(hours=25)
+
+
+
+# -- issue 24: which wall times run across a transition (docs/semantics.md) ------------
+
+
+def local(zone: str, *fields: int, fold: int = 0) -> datetime:
+    return datetime(*fields, tzinfo=ZoneInfo(zone), fold=fold).astimezone(UTC)
+
+
+def runs_from(schedule_, first: datetime, last: datetime) -> list[datetime]:
+    """Every run after ``first`` up to ``last``, one next_after at a time (as ticks ask)."""
+    found, moment = [], first
+    while (moment := next_after(schedule_, moment)) is not None and moment <= last:
+        found.append(moment)
+    return found
+
+
+LONDON, NEW_YORK = "Europe/London", "America/New_York"
+LORD_HOWE, TROLL = "Australia/Lord_Howe", "Antarctica/Troll"
+
+
+@pytest.mark.parametrize(("schedule_", "zone", "day", "walls"), [
+    # every 45 minutes from Jan 1: 01:30 is in the gap and runs at 02:30 BST, after the
+    # real 02:15 BST, which was lost
+    (rrule("MINUTELY", interval=45, dtstart=datetime(2027, 1, 1), timezone=LONDON), LONDON,
+     (2027, 3, 28), [(0, 0), (0, 45), (2, 15), (2, 30), (3, 0), (3, 45), (4, 30)]),
+    # 02:15 in New York's gap runs at 03:15 EDT, after the real 03:00 EDT (lost)
+    (rrule("MINUTELY", interval=45, dtstart=datetime(2027, 1, 1), timezone=NEW_YORK),
+     NEW_YORK, (2027, 3, 14), [(0, 0), (0, 45), (1, 30), (3, 0), (3, 15), (3, 45), (4, 30)]),
+    # Lord Howe skips 02:00-02:30: 02:10 and 02:20 run at 02:40 and 02:50, after the
+    # real 02:30 (lost)
+    (zoned_crontab(minute="10,20,30", hour=2, timezone=LORD_HOWE), LORD_HOWE, (2027, 10, 3),
+     [(2, 30), (2, 40), (2, 50)]),
+    # Troll jumps two hours, 01:00 -> 03:00: 02:00, 02:25, 02:50 run at 04:00, 04:25,
+    # 04:50, after the real 03:00, 03:25, 03:50 (lost)
+    (zoned_crontab(minute="*/25", hour="2-4", timezone=TROLL), TROLL, (2027, 3, 28),
+     [(3, 0), (3, 25), (3, 50), (4, 0), (4, 25), (4, 50)]),
+], ids=["london-rrule-45", "new-york-rrule-45", "lord-howe-crontab", "troll-crontab"])
+def test_real_wall_times_after_a_gap_run_before_the_shifted_ones(schedule_, zone, day, walls):
+    """Issue 24, item 1: a real wall time just after a spring-forward gap ran never
+    when a wall of the gap, shifted forward, came after it."""
+    first = local(zone, *day, 0, 0) - timedelta(seconds=1)
+    assert runs_from(schedule_, first, local(zone, *day, 4, 59)) == [
+        local(zone, *day, *wall) for wall in walls]
+    assert list(slots_between(schedule_, next_after(schedule_, first),
+                              local(zone, *day, 4, 59))) == runs_from(
+        schedule_, first, local(zone, *day, 4, 59))
+
+
+def test_a_coalesced_catch_up_across_fall_back_runs_the_latest_slot_once():
+    """Issue 24, item 2: every 25 minutes in London, beat down 00:10Z-01:40Z on the
+    fall-back night: the latest run is 01:59 BST (00:59Z); 01:34 BST was chosen, and
+    01:59 BST sent at the next tick as a second run."""
+    every_25 = rrule("MINUTELY", interval=25, dtstart=datetime(2027, 10, 31, 0, 19),
+                     timezone=LONDON)  # 01:09 BST, 01:34 BST, 01:59 BST, 02:24 GMT
+    due = next_after(every_25, utc(2027, 10, 31, 0, 10))
+    assert due == local(LONDON, 2027, 10, 31, 1, 34)
+    assert EntryPolicy().missed(every_25, due, utc(2027, 10, 31, 1, 40)) == (
+        [local(LONDON, 2027, 10, 31, 1, 59)], 0)
+
+
+def test_a_catch_up_of_each_slot_across_spring_forward_sends_the_shifted_runs():
+    """Issue 24, item 2: every 7 minutes in New York, beat down 06:35Z-07:35Z on the
+    spring-forward night, ``coalesce: false``: the walls of the gap (02:06, 02:13, 02:20
+    and 02:27, run at 03:06, 03:13, 03:20 and 03:27 EDT) were neither sent nor counted."""
+    every_7 = rrule("MINUTELY", interval=7, dtstart=datetime(2027, 1, 1), timezone=NEW_YORK)
+    due = next_after(every_7, utc(2027, 3, 14, 6, 35))
+    policy = EntryPolicy(coalesce=False, max_catch_up=100)
+    sent, skipped = policy.missed(every_7, due, utc(2027, 3, 14, 7, 35))
+    walls = [(1, 42), (1, 49), (1, 56), (3, 3), (3, 6), (3, 10), (3, 13), (3, 17), (3, 20),
+             (3, 24), (3, 27), (3, 31), (3, 34)]
+    assert (sent, skipped) == ([local(NEW_YORK, 2027, 3, 14, *wall) for wall in walls], 0)
+    assert count_slots(every_7, due, utc(2027, 3, 14, 7, 35)) == len(walls)
+    assert latest_slot(every_7, due, utc(2027, 3, 14, 7, 35)) == local(NEW_YORK, 2027, 3, 14,
+                                                                        3, 34)
+
+
+@pytest.mark.parametrize(("run_at", "policy", "due"), [
+    # issue 24, item 3: a one-off before its window runs when the window opens
+    (utc(2027, 1, 1, 17), EntryPolicy(start_time=utc(2027, 1, 1, 18)), utc(2027, 1, 1, 18)),
+    (utc(2027, 1, 1, 17), EntryPolicy(start_time=utc(2027, 1, 1, 18, 0, 0, 400)),
+     utc(2027, 1, 1, 18, 0, 0, 1000)),  # never before the start: up to its millisecond
+    (utc(2027, 1, 1, 19), EntryPolicy(start_time=utc(2027, 1, 1, 18)), utc(2027, 1, 1, 19)),
+    (utc(2027, 1, 1, 19), EntryPolicy(end_time=utc(2027, 1, 1, 18)), None),
+    # a run_at with a sub-millisecond part: named (and sent) by its own millisecond
+    (utc(2027, 1, 1, 17, 0, 0, 600), EntryPolicy(), utc(2027, 1, 1, 17)),
+    (utc(2027, 1, 1, 17, 0, 0, 1999), EntryPolicy(), utc(2027, 1, 1, 17, 0, 0, 1000)),
+])
+def test_a_one_off_runs_inside_its_window_at_its_own_millisecond(run_at, policy, due):
+    run = next_run(clocked(run_at), policy, "once", None, utc(2027, 1, 1, 12))
+    assert (run and run.due) == due
+    if run is not None:
+        assert (run.send_at, planning.due_ms(run.due)) == (due, str(round(due.timestamp()
+                                                                          * 1000)))
+        assert run.send_at >= (policy.start_time or run.send_at)
+
+
+@pytest.mark.parametrize(("schedule_", "after", "expected"), [
+    # issue 24, item 4: Feb 29 on a Friday, nine years on (Celery finds 2036-02-29 too)
+    (cron(minute=0, hour=0, day_of_month=29, month_of_year=2, day_of_week="fri"),
+     utc(2027, 6, 1), utc(2036, 2, 29)),
+    # across 2100, which is no leap year: 40 years apart
+    (cron(minute=0, hour=0, day_of_month=29, month_of_year=2, day_of_week="mon"),
+     utc(2072, 3, 1), utc(2112, 2, 29)),
+    (cron(minute=0, hour=0, day_of_month=29, month_of_year=2, day_of_week="fri"),
+     utc(9992, 3, 1), None),  # none left before the year 9999 ends
+])
+def test_a_crontab_whose_next_match_is_years_away_runs_then(schedule_, after, expected):
+    assert next_after(schedule_, after) == expected
+    assert first_due(schedule_, after) == expected
+
+
+def test_celery_finds_the_same_far_away_match():
+    """The table's Feb 29 on a Friday, asked of Celery's own arithmetic."""
+    friday = cron(minute=0, hour=0, day_of_month=29, month_of_year=2, day_of_week="fri")
+    now = utc(2027, 6, 1)
+    friday.nowfun = lambda: now
+    assert now + friday.remaining_estimate(now) == utc(2036, 2, 29)
+
+
+@pytest.mark.parametrize(("days", "months"), [({30}, {2}), ({30, 31}, {2}), ({31}, {4, 6, 9, 11})])
+def test_a_crontab_on_no_date_says_so(days, months):
+    """Celery 5.7 refuses such a crontab when it is built; one that reaches the
+    arithmetic all the same (a Celery that does not, fields set afterwards) is refused
+    there, with the reason, instead of being parked as finished."""
+    never = cron(minute=0, hour=0)
+    never.day_of_month, never.month_of_year = days, months
+    for compute in (next_after, first_due):
+        with pytest.raises(ScheduleBoundError, match="no month of month_of_year .* has a "
+                                                     "day of day_of_month .*: it never runs"):
+            compute(never, utc(2027, 1, 1))

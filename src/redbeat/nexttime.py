@@ -6,23 +6,36 @@ testable with a fixed clock and the score stored in Redis is the real next run t
 
 All moments are aware datetimes; results are in UTC.
 
-Daylight-saving rule for calendar schedules (crontab, rrule), applied in the
-schedule's zone:
-- a wall time that does not exist (spring forward, 02:30 when clocks jump 02:00 ->
+Daylight-saving rule for calendar schedules (crontab, rrule), in the schedule's zone.
+A schedule names wall times (a crontab's matching minutes, an rrule's runs as dateutil
+gives them, in naive local time); its runs are the instants those wall times are
+placed at, in time order, an instant once:
+
+- a wall time that happens once runs then;
+- a wall time that does not exist (spring forward: 02:30 when clocks jump 02:00 ->
   03:00) runs once, shifted forward by the length of the gap (03:30), as Python's
-  ``fold=0`` reading of that wall time gives;
+  ``fold=0`` reading of it gives, even when that comes after real wall times that
+  follow the gap (London every 45 minutes: 01:30 runs at 02:30 BST, after 02:15 BST);
 - a wall time that happens twice (fall back) runs once, at its first occurrence,
   unless the crontab runs every hour (hour ``*``), in which case it runs at both,
-  since both are real hours apart: an hourly job stays hourly in real time.
+  since both are real hours apart: an hourly job stays hourly in real time;
+- two wall times placed at one instant (New York's 02:00, shifted, and 03:00 EDT) are
+  one run.
+
+:func:`_placed` is the one walk that applies it; the next run, the first run, the runs
+between two moments and the latest run before a moment (catch-up) of every calendar
+schedule all come from it.
 """
 
 from __future__ import annotations
 
 import calendar
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
-from datetime import date, datetime, timedelta, timezone
+from collections.abc import Iterable, Iterator
+from datetime import MAXYEAR, date, datetime, timedelta, timezone
 from functools import singledispatch
+from heapq import heappop, heappush
+from itertools import islice, takewhile
 from typing import Any
 
 from celery import schedules as celery_schedules
@@ -45,9 +58,6 @@ from .schedules import (
 )
 
 UTC = timezone.utc
-#: A crontab that matches no day within eight years (Feb 29 on a given weekday
-#: repeats every 28 years, but no sane rule needs more than this) never runs.
-CRON_SEARCH_DAYS = 366 * 8
 #: The largest change of a zone's UTC offset at one transition (real ones are at most
 #: two hours): how far back a spring-forward gap can still hold wall times to run.
 MAX_DST_SHIFT = timedelta(hours=3)
@@ -281,6 +291,99 @@ def _interval_latest(schedule: celery_schedules.schedule, due: datetime,
     base = chain_base(schedule, due)  # ``due`` itself, or the runs after it are cut
     steps = (now - base) // every
     return due if steps <= 0 else base + every * steps
+
+
+# -- calendar schedules: from wall times to runs --------------------------------------
+
+
+def fixed_offset(zone: Any) -> bool:
+    """Whether ``zone`` never changes its UTC offset (UTC, a fixed offset): no gaps and
+    no repeated hours, so a wall time is one instant."""
+    return zone is UTC or isinstance(zone, timezone) or zone_name(zone) in ("UTC", "Etc/UTC")
+
+
+def _placed(walls: Iterable[datetime], zone: Any, both_folds: bool) -> Iterator[datetime]:
+    """The runs of a calendar schedule, oldest first, each once, from its wall times
+    (naive, in ``zone``, in wall order): the one walk of the module's rule, shared by
+    the next run and every catch-up of crontabs and rrules.
+
+    Wall order is not time order across a spring-forward gap: a wall of the gap runs
+    shifted forward, after real walls that follow it (London, every 45 minutes: 01:30
+    runs at 02:30 BST, after 02:15 BST). So each wall's *floor* is worked out: the
+    earlier of its two readings (fold 0 and fold 1), before which neither its runs nor
+    those of any later wall can come: its own instant outside a gap, inside one an
+    instant before the transition (the shifted walls of a gap and the real walls after
+    it all run after the transition). Runs wait in a heap until the floor passes them:
+    across a gap or a repeated hour (both occurrences), for at most the length of the
+    shift; everywhere else each is passed on as soon as its wall is read.
+    """
+    fixed = fixed_offset(zone)
+    waiting: list[datetime] = []
+    last: datetime | None = None
+    for wall in walls:
+        first = wall.replace(tzinfo=zone).astimezone(UTC)
+        floor = first
+        if not fixed:
+            second = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
+            floor = min(first, second)
+            if both_folds and second > first:
+                heappush(waiting, second)
+        if not waiting and first == floor:  # in order, nothing held: most walls
+            if last is None or first > last:
+                last = first
+                yield first
+            continue
+        heappush(waiting, first)
+        while waiting and waiting[0] <= floor:
+            run = heappop(waiting)
+            if last is None or run > last:  # one run for walls placed at one instant
+                last = run
+                yield run
+    while waiting:
+        run = heappop(waiting)
+        if last is None or run > last:
+            last = run
+            yield run
+
+
+def _up_to(runs: Iterator[datetime], last: datetime, limit: int) -> Iterator[datetime]:
+    """``runs`` (oldest first) up to ``last`` inclusive, ``limit`` at most."""
+    return islice(takewhile(lambda run: run <= last, runs), limit)
+
+
+#: The span :func:`_calendar_latest` narrows the last run down to before it walks the
+#: runs in it: sixty runs of a secondly rrule at most.
+LATEST_WALK = timedelta(minutes=1)
+_JUST_BEFORE = timedelta(microseconds=1)
+
+
+def _calendar_latest(schedule: Any, due: datetime, now: datetime) -> datetime:
+    """The last run at or before ``now`` and not before ``due`` (itself a run), of a
+    schedule whose runs are fixed times (crontab, rrule): the shortest span back from
+    ``now`` that holds a run, doubled from a minute, is bisected down to LATEST_WALK
+    and its runs walked. A few dozen next-run computations, however long beat was
+    down, and exact: each probe asks for the first run at or after a moment, which the
+    one walk places in time order (so across a gap or a repeated hour too)."""
+
+    def holds_run(start: datetime) -> bool:  # a run from ``start`` to ``now``
+        found = next_after(schedule, start - _JUST_BEFORE)
+        return found is not None and found <= now
+
+    low, high, width = due, now, LATEST_WALK
+    while now - low > width:
+        probe = now - width
+        if holds_run(probe):
+            low = probe
+            break
+        high, width = probe, width * 2
+    while high - low > LATEST_WALK:  # a run from low to now; none from high to now
+        middle = low + (high - low) / 2
+        low, high = (middle, high) if holds_run(middle) else (low, middle)
+    first = due if low == due else next_after(schedule, low - _JUST_BEFORE)
+    latest = due
+    for latest in slots_between(schedule, first, now):  # noqa: B007 - the last is wanted
+        pass
+    return latest
 
 
 # -- rrule ---------------------------------------------------------------------------
@@ -563,92 +666,44 @@ def _passed(steps: int, moment: datetime) -> int:
     return steps + 1
 
 
-def _rrule_search(schedule: rrule, moment: datetime, inclusive: bool) -> datetime | None:
+def _rrule_runs(schedule: rrule, moment: datetime, inclusive: bool) -> Iterator[datetime]:
+    """The rule's runs after ``moment`` (or at it, if ``inclusive``), oldest first: its
+    wall times from the period holding the earliest one that can still run after
+    ``moment`` (a wall of a spring-forward gap just before it runs shifted, after it),
+    placed by :func:`_placed`."""
+    moment = utc(moment)
     plan = _plan(schedule)
-    wall = _wall(moment, plan.zone)
-    shift = spring_shift(moment, plan.zone)
-    floor = wall - shift
-    best: datetime | None = None
+    earliest = _wall(moment, plan.zone) - spring_shift(moment, plan.zone)
+    walls = (run.replace(tzinfo=None) for run in _runs(plan, plan.index(earliest), moment))
+    runs = _placed(walls, plan.zone, both_folds=False)
     steps = 0
-    for run in _runs(plan, plan.index(floor), moment):
-        run_wall = run.replace(tzinfo=None)
-        instant = utc(run)
-        ahead = run_wall > wall or inclusive and run_wall == wall
-        if ahead and not shift:
-            return instant
-        # a wall time of the gap, which runs (shifted) after moment
-        shifted = run_wall >= floor and (instant > moment or inclusive and instant == moment)
-        if (ahead or shifted) and (best is None or instant < best):
-            best = instant
-        if best is not None and run_wall > wall + shift:
-            return best  # later walls run later than the shifted ones of the gap
+    for run in runs:
+        if run > moment or inclusive and run == moment:
+            yield run
+            yield from runs
+            return
         steps = _passed(steps, moment)
-    return best
 
 
 @next_after.register
 def _rrule_next(schedule: rrule, after: datetime) -> datetime | None:
-    return _rrule_search(schedule, after, inclusive=False)
+    return next(_rrule_runs(schedule, after, inclusive=False), None)
 
 
 @first_due.register
 def _rrule_first(schedule: rrule, now: datetime) -> datetime | None:
-    return _rrule_search(schedule, now, inclusive=True)
+    return next(_rrule_runs(schedule, now, inclusive=True), None)
 
 
 @latest_slot.register
 def _rrule_latest(schedule: rrule, due: datetime, now: datetime) -> datetime:
-    """The last run at or before ``now`` (dateutil's ``before(now, inc=True)``) and not
-    before ``due``: the latest period from ``due``'s to ``now``'s with a run at or
-    before ``now``, found by galloping back from ``now`` and bisecting (a few dozen
-    probes, however long the gap), then walked."""
-    plan = _plan(schedule)
-    wall = _wall(now, plan.zone)
-    newest, oldest = plan.index(wall), plan.index(_wall(due, plan.zone))
-
-    def has_run(k: int) -> bool:  # a run from period k's start to now
-        first = next(_runs(plan, k, now), None)
-        return first is not None and first.replace(tzinfo=None) <= wall
-
-    empty, back = newest + 1, 0  # the oldest period known to hold no run up to now
-    while True:
-        k = max(newest - back, oldest)
-        if k > newest or has_run(k):
-            break
-        if k == oldest:
-            return due
-        empty, back = k, 2 * back + 1
-    while empty - k > 1:  # k has a run up to now, empty has none
-        middle = (k + empty) // 2
-        k, empty = (middle, empty) if has_run(middle) else (k, middle)
-    latest: datetime | None = None
-    steps = 0
-    for run in _runs(plan, k, now):  # all in period k: the next one holds none
-        if run.replace(tzinfo=None) > wall:
-            break
-        if utc(run) <= now and (latest is None or utc(run) > latest):
-            latest = utc(run)  # not a wall time of a gap, shifted past now
-        steps = _passed(steps, now)
-    return due if latest is None or latest < due else latest
+    return _calendar_latest(schedule, due, now)
 
 
 @slots_between.register
 def _rrule_slots(schedule: rrule, first: datetime, last: datetime,
                  limit: int = MAX_CATCH_UP_STEPS) -> Iterator[datetime]:
-    plan = _plan(schedule)
-    wall = _wall(first, plan.zone)
-    skipped = sent = 0
-    previous = None
-    for run in _runs(plan, plan.index(wall), first):
-        if run.replace(tzinfo=None) < wall or previous is not None and utc(run) <= previous:
-            # before first; or a real wall time a shifted one of a gap already ran at
-            skipped = _passed(skipped, first)
-            continue
-        if sent >= limit or utc(run) > last:
-            return
-        sent += 1
-        previous = utc(run)
-        yield previous
+    return _up_to(_rrule_runs(schedule, first, inclusive=True), last, limit)
 
 
 @count_slots.register
@@ -656,9 +711,7 @@ def _rrule_count(schedule: rrule, first: datetime, last: datetime,
                  limit: int = MAX_CATCH_UP_STEPS) -> int:
     """By arithmetic for a rule with one run per fixed-length period in a zone without
     daylight saving (runs are wall times: across a transition they are walked)."""
-    zone = schedule.zone
-    fixed = zone is UTC or isinstance(zone, timezone) or zone_name(zone) in ("UTC", "Etc/UTC")
-    if not (fixed and schedule.one_per_period and schedule.freq in _FIXED_SECONDS):
+    if not (fixed_offset(schedule.zone) and schedule.one_per_period and schedule.freq in _FIXED_SECONDS):
         return count_slots.dispatch(object)(schedule, first, last, limit)
     step = _FIXED_SECONDS[schedule.freq] * schedule.interval
     return max(0, int((utc(last) - utc(first)).total_seconds() // step) + 1)
@@ -666,23 +719,65 @@ def _rrule_count(schedule: rrule, first: datetime, last: datetime,
 
 # -- crontab -------------------------------------------------------------------------
 
-
-def _instants(wall: datetime, zone: Any, both_folds: bool) -> tuple[datetime, ...]:
-    """The UTC instants at which a local wall time happens (see the module rule)."""
-    first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
-    second = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
-    if first < second and both_folds:
-        return (first, second)
-    return (first,)
+#: The most days a month has, by month (February's 29th exists in leap years).
+_MONTH_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
-def _day_matches(cron: celery_schedules.crontab, day: date) -> bool:
-    # Celery's rule: month, day of month and weekday must all match (not cron's OR).
-    return (
-        day.month in cron.month_of_year
-        and day.day in cron.day_of_month
-        and day.isoweekday() % 7 in cron.day_of_week
-    )
+def _cron_days(cron: celery_schedules.crontab, first: date) -> Iterator[date]:
+    """The days from ``first`` on that match month, day of month *and* weekday (Celery's
+    rule, not cron's "day of month or weekday"), oldest first, up to the year 9999.
+
+    Each date of the calendar falls on every weekday within the 400 years after which
+    the Gregorian calendar repeats itself (Feb 29 on a Friday: 2036 after 2008, and 40
+    years apart across 2100, which is no leap year), so a crontab whose months have one
+    of its days runs within that span, however rare: such a crontab is found, not
+    given up on. One whose months have none of its days (February 30th) never runs:
+    ScheduleBoundError, so it is refused on save and quarantined when written raw.
+    """
+    months, days = sorted(cron.month_of_year), sorted(cron.day_of_month)
+    if not any(days[0] <= _MONTH_DAYS[month] for month in months):
+        raise ScheduleBoundError(
+            f"crontab: no month of month_of_year {months} has a day of day_of_month "
+            f"{days}: it never runs")
+    weekdays = cron.day_of_week
+    for year in range(first.year, MAXYEAR + 1):
+        for month in months:
+            if year == first.year and month < first.month:
+                continue
+            length = calendar.monthrange(year, month)[1]
+            for number in days:
+                if number > length:
+                    break
+                day = date(year, month, number)
+                if day >= first and day.isoweekday() % 7 in weekdays:
+                    yield day
+
+
+def _cron_walls(cron: celery_schedules.crontab, earliest: datetime) -> Iterator[datetime]:
+    """The crontab's wall times from ``earliest`` (naive, whole minutes) on, in order."""
+    hours, minutes = sorted(cron.hour), sorted(cron.minute)
+    for day in _cron_days(cron, earliest.date()):
+        first_day = day == earliest.date()
+        for hour in hours[bisect_left(hours, earliest.hour) if first_day else 0:]:
+            first_hour = first_day and hour == earliest.hour
+            for minute in minutes[bisect_left(minutes, earliest.minute) if first_hour else 0:]:
+                yield datetime(day.year, day.month, day.day, hour, minute)
+
+
+def _cron_runs(cron: celery_schedules.crontab, zone: Any, after: datetime,
+               inclusive: bool) -> Iterator[datetime]:
+    """The crontab's runs in ``zone`` after ``after`` (or at it, if ``inclusive``),
+    oldest first: its wall times from the earliest that can still run after ``after``,
+    placed by :func:`_placed` (at both occurrences of a repeated hour when the hour
+    field is ``*``)."""
+    after = utc(after)
+    runs = _placed(_cron_walls(cron, _earliest_wall(after, zone)), zone,
+                   both_folds=len(cron.hour) == 24)
+    for run in runs:
+        if run > after or inclusive and run == after:
+            yield run
+            yield from runs
+            return
 
 
 def _earliest_wall(after: datetime, zone: Any) -> datetime:
@@ -720,41 +815,7 @@ def cron_next(
     cron: celery_schedules.crontab, after: datetime, zone: Any, inclusive: bool = False
 ) -> datetime | None:
     """The first crontab run after (or at, if ``inclusive``) ``after``, in ``zone``."""
-    after = utc(after)
-    earliest = _earliest_wall(after, zone)
-    hours, minutes = sorted(cron.hour), sorted(cron.minute)
-    both_folds = len(hours) == 24
-    day = earliest.date()
-    for _ in range(CRON_SEARCH_DAYS):
-        if _day_matches(cron, day):
-            found = _first_in_day(day, hours, minutes, earliest, zone, both_folds, after, inclusive)
-            if found is not None:
-                return found
-        day += timedelta(days=1)
-    return None
-
-
-def _first_in_day(
-    day: date, hours: list[int], minutes: list[int], earliest: datetime, zone: Any,
-    both_folds: bool, after: datetime, inclusive: bool,
-) -> datetime | None:
-    first_day = day == earliest.date()
-    best: datetime | None = None
-    for hour in hours[bisect_left(hours, earliest.hour) if first_day else 0:]:
-        first_hour = first_day and hour == earliest.hour
-        for minute in minutes[bisect_left(minutes, earliest.minute) if first_hour else 0:]:
-            instants = _instants(datetime(day.year, day.month, day.day, hour, minute), zone,
-                                 both_folds)
-            # Walls come in order and their first instants never go back, so once one
-            # starts after the best found, nothing later in the day can beat it.
-            if best is not None and instants[0] >= best:
-                return best
-            for instant in instants:
-                if (instant > after or (inclusive and instant == after)) and (
-                    best is None or instant < best
-                ):
-                    best = instant
-    return best
+    return next(_cron_runs(cron, zone, after, inclusive), None)
 
 
 @next_after.register
@@ -771,18 +832,41 @@ def _crontab_first(schedule: celery_schedules.crontab, now: datetime) -> datetim
     return cron_next(schedule, now, schedule.tz, inclusive=True)
 
 
+@slots_between.register
+def _crontab_slots(schedule: celery_schedules.crontab, first: datetime, last: datetime,
+                   limit: int = MAX_CATCH_UP_STEPS) -> Iterator[datetime]:
+    if overrides_estimate(schedule, celery_schedules.crontab):
+        return slots_between.dispatch(object)(schedule, first, last, limit)
+    return _up_to(_cron_runs(schedule, schedule.tz, first, inclusive=True), last, limit)
+
+
+@latest_slot.register
+def _crontab_latest(schedule: celery_schedules.crontab, due: datetime,
+                    now: datetime) -> datetime:
+    if overrides_estimate(schedule, celery_schedules.crontab):
+        return latest_slot.dispatch(object)(schedule, due, now)
+    return _calendar_latest(schedule, due, now)
+
+
 # -- clocked (one-off) ---------------------------------------------------------------
+
+
+def _clocked_run(schedule: clocked) -> datetime:
+    """A one-off's only slot: its time cut to the millisecond that names it (its task
+    id, its score), as an interval's first run is. Rounded up, a ``run_at`` with a
+    sub-millisecond part was named, and sent, a millisecond after it."""
+    return to_millisecond(utc(schedule.run_at))
 
 
 @next_after.register
 def _clocked_next(schedule: clocked, after: datetime) -> datetime | None:
-    run_at = utc(schedule.run_at)
+    run_at = _clocked_run(schedule)
     return run_at if run_at > utc(after) else None
 
 
 @first_due.register
 def _clocked_first(schedule: clocked, now: datetime) -> datetime | None:
-    return utc(schedule.run_at)  # even if it passed while nobody ran: it runs once
+    return _clocked_run(schedule)  # even if it passed while nobody ran: it runs once
 
 
 # -- solar ---------------------------------------------------------------------------

@@ -142,10 +142,17 @@ class EntryPolicy:
     # -- decisions -----------------------------------------------------------------------
 
     def window(self, schedule: Any, due: datetime | None) -> datetime | None:
-        """``due`` moved into the active window: not before start_time; None after end."""
+        """``due`` moved into the active window: not before start_time; None after end.
+
+        A due time before the start moves to the schedule's first run at or after it; a
+        one-off's time has no run after it (it runs once, at once when it has passed):
+        it runs when the window opens, as a one-off missed while no beat ran does."""
         if due is not None and self.start_time is not None and due < utc(self.start_time):
             # from the millisecond that names a slot, rounded up: never before start
-            due = first_due(schedule, up_to_millisecond(utc(self.start_time)))
+            start = up_to_millisecond(utc(self.start_time))
+            due = first_due(schedule, start)
+            if due is not None and due < start:
+                due = start
         if due is None or self.end_time is not None and due > utc(self.end_time):
             return None
         return due
