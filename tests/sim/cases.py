@@ -21,6 +21,7 @@ from .oracle import (
     Cron,
     cron_runs,
     interval_runs,
+    one_off_runs,
     relative_interval_runs,
     rrule_runs,
     solar_runs,
@@ -28,6 +29,9 @@ from .oracle import (
 )
 
 ZONES = ("UTC", "Europe/London", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe")
+#: Zones whose transitions are not a whole hour on the hour (issue 24): Lord Howe moves
+#: 30 minutes at 02:00, Troll two hours (01:00 -> 03:00 UTC+2 in spring).
+ODD_ZONES = ("Australia/Lord_Howe", "Antarctica/Troll")
 
 
 def interval(name: str, seconds: float, **policy: Any) -> Case:
@@ -67,13 +71,15 @@ def zoned_cron(name: str, cron: Cron, zone: str, **policy: Any) -> Case:
     )
 
 
-def zoned_rrule(name: str, freq: str, dtstart: datetime, zone: str, **rules: Any) -> Case:
+def zoned_rrule(name: str, freq: str, dtstart: datetime, zone: str,
+                policy: dict[str, Any] | None = None, **rules: Any) -> Case:
     """An rrule in a zone; ``dtstart`` and ``until`` are wall times there."""
     return Case(
         name,
         lambda app: rrule(freq, dtstart=dtstart, timezone=zone, **rules),
         lambda span: rrule_runs(freq, dtstart, span.zones(zone), span.created, span.end,
                                 **rules),
+        policy or {},
     )
 
 
@@ -90,7 +96,10 @@ def windowed_interval(name: str, seconds: float, start_time: datetime, end_time:
 
 def one_off(name: str, run_at: datetime, **policy: Any) -> Case:
     return Case(name, lambda app: clocked(run_at),
-                lambda span: [run_at] if run_at <= span.end else [], policy, never_ran=True)
+                lambda span: [run for run in one_off_runs(run_at, policy.get("start_time"),
+                                                          policy.get("end_time"))
+                              if run <= span.end],
+                policy, never_ran=True)
 
 
 def created_on_a_match(name: str, cron: Cron, created: datetime) -> Case:
@@ -208,4 +217,47 @@ def seconds_cases(start: datetime) -> list[Case]:
         created_on_a_match("cron-created-on-match", Cron(minute="*/5"), start),
         static(interval("jitter-10s", 10, jitter=2.0)),
         static(interval("grace-13s", 13, misfire_grace_time=30)),
+    ]
+
+
+def transition_cases(start: datetime, zone: str) -> list[Case]:
+    """Entries for a day around one transition of the app zone ``zone`` (issue 24):
+    minute grids that are not hour-periodic, crontabs whose hours hold a gap, catch-ups
+    of each slot and coalesced ones (the scenario puts a downtime across the
+    transition), and windows and sub-millisecond times on one-offs."""
+    new_year = datetime(start.year, 1, 1)
+    each = {"coalesce": False, "max_catch_up": 100}
+    return [
+        zoned_rrule("rrule-every-45", "MINUTELY", new_year, zone, interval=45),
+        zoned_rrule("rrule-every-25", "MINUTELY", new_year, zone, interval=25),
+        zoned_rrule("rrule-every-11-hours-0-5", "MINUTELY", new_year, zone, interval=11,
+                    byhour=[0, 1, 2, 3, 4, 5]),
+        zoned_rrule("catch-up-each-rrule-7", "MINUTELY", new_year, zone, each, interval=7),
+        zoned_rrule("catch-up-each-rrule-hourly-50", "HOURLY",
+                    wall(start, zone, -3, 0, 50), zone, each, byminute=[10, 50]),
+        app_cron("cron-10-20-30-hour-2", Cron(minute="10,20,30", hour=2)),
+        app_cron("cron-25-hours-1-4", Cron(minute="*/25", hour="1-4")),
+        app_cron("cron-every-13", Cron(minute="*/13")),
+        app_cron("cron-hourly-7-37", Cron(minute="7,37")),
+        app_cron("catch-up-each-cron-25", Cron(minute="*/25", hour="0-5"), **each),
+        one_off("one-off-before-window", start + timedelta(hours=3),
+                start_time=start + timedelta(hours=5, microseconds=300)),
+        one_off("one-off-after-window", start + timedelta(hours=6),
+                end_time=start + timedelta(hours=5)),
+        one_off("one-off-sub-millisecond", start + timedelta(hours=7, microseconds=600)),
+    ]
+
+
+def far_future_cases(start: datetime, zone: str) -> list[Case]:
+    """Entries whose next run is years away (issue 24, item 4): Feb 29 on a Friday is
+    nine years from 2027 (Celery also finds 2036-02-29)."""
+    leap_friday = Cron(minute=0, hour=0, day_of_month=29, month_of_year=2,
+                       day_of_week="fri")
+    return [
+        app_cron("cron-feb-29-friday", leap_friday),
+        zoned_cron("zoned-cron-feb-29-friday", leap_friday, zone),
+        app_cron("cron-feb-29", Cron(minute=30, hour=2, day_of_month=29, month_of_year=2)),
+        zoned_rrule("rrule-every-3-years", "YEARLY", wall(start, zone, 10, 9, 0), zone,
+                    interval=3),
+        one_off("one-off-in-6-years", start + timedelta(days=6 * 365, minutes=7)),
     ]

@@ -85,6 +85,11 @@ class Scenario:
     lateness: float = 2.0
     #: Chance of an extra tick at a random moment before the next score.
     extra_ticks: float = 0.2
+    #: Downtimes placed by hand (start, end), in place of ``downtimes`` random ones: a
+    #: catch-up across a transition.
+    fixed_downtimes: tuple[tuple[datetime, datetime], ...] = ()
+    #: Celery settings beyond the driver's own.
+    conf: dict[str, Any] = field(default_factory=dict)
 
     @property
     def end(self) -> datetime:
@@ -120,17 +125,20 @@ class RecordingScheduler(RedBeatScheduler):
 REAL_POLL_INTERVAL = 30.0
 
 
-def make_app(url: str, zone: str, enable_utc: bool) -> Celery:
+def make_app(url: str, zone: str, enable_utc: bool, **conf: Any) -> Celery:
     app = Celery("simulator", broker="memory://", set_as_current=False)
     app.conf.update(redbeat_redis_url=url, timezone=zone, enable_utc=enable_utc,
                     redbeat_poll_interval=REAL_POLL_INTERVAL,
-                    redbeat_publish_timeout=REAL_POLL_INTERVAL)
+                    redbeat_publish_timeout=REAL_POLL_INTERVAL, **conf)
     return app
 
 
 def plan_downtimes(rng: random.Random, scenario: Scenario) -> list[tuple[float, float]]:
     """Non-overlapping downtimes, lengths log-uniform from 45 s to the scenario's longest,
     none in the first or last tenth of the span."""
+    if scenario.fixed_downtimes:
+        return sorted((down.timestamp(), back.timestamp())
+                      for down, back in scenario.fixed_downtimes)
     start, end = scenario.start.timestamp(), scenario.end.timestamp()
     length = end - start
     chosen: list[tuple[float, float]] = []
@@ -148,7 +156,7 @@ def plan_downtimes(rng: random.Random, scenario: Scenario) -> list[tuple[float, 
 class Simulation:
     def __init__(self, scenario: Scenario, url: str) -> None:
         self.scenario = scenario
-        self.app = make_app(url, scenario.zone, scenario.enable_utc)
+        self.app = make_app(url, scenario.zone, scenario.enable_utc, **scenario.conf)
         self.client = redis.Redis.from_url(url)
         self.rng = random.Random(scenario.seed)
         self.now = scenario.start.timestamp()

@@ -9,6 +9,24 @@ those runs a beat sends follows from the moments it ticked: :func:`expected_disp
 Where redbeat differs from Celery's own beat on purpose, the oracle follows redbeat's
 documented rule and names the difference (:data:`DELIBERATE`), pointing at the table in
 docs/semantics.md ("Differences from Celery the oracle names").
+
+What it borrows, and why that is safe:
+
+- From Celery, one thing: its crontab *field parser* (:meth:`Cron.fields` builds a
+  ``celery.schedules.crontab`` only to read the sets ``minute``, ``hour``,
+  ``day_of_week``, ``day_of_month`` and ``month_of_year`` it expands "*/25" or
+  "mon-fri" into). Users hand redbeat Celery's crontab objects, already parsed, so
+  Celery's parser is the definition of what a field means, not a part of redbeat under
+  test; nothing of Celery's *time* arithmetic is used (when a set of minutes runs, in
+  which zone, across which transition is all worked out here), and
+  tests/test_simulator.py checks that where no transition is involved this walk gives
+  exactly the runs Celery's own ``remaining_estimate`` steps through.
+- From dateutil, the iteration of an rrule in naive wall time: what an RFC 5545 rule
+  means is dateutil's (redbeat's rrule is dateutil's, resumed); placing its wall times
+  on instants, which is where redbeat does its own work, is done here.
+- From zoneinfo, the UTC offsets of the zone database (as :class:`Zone` samples them:
+  where the offsets change, and so the gaps and repeated hours, is found by scanning,
+  not by ``fold`` arithmetic); from ephem, the solar events.
 """
 
 from __future__ import annotations
@@ -203,12 +221,16 @@ def rrule_runs(freq: str, dtstart: datetime, zone: Zone, after: datetime, end: d
     are walls in the zone), each wall then placed by the DST rule (first occurrence)."""
     rule = dateutil_rrule.rrule(getattr(dateutil_rrule, freq), dtstart=dtstart, **rules)
     low, high = after.replace(tzinfo=None), end.replace(tzinfo=None)
+    # a wall a day before ``after`` runs before it, whatever the zone did (shifts are
+    # hours): only the walls from there on are placed
+    first_wall = zone.local(after) - timedelta(days=1)
     last_wall = zone.local(end) + timedelta(days=1)
     found: set[datetime] = set()
     for wall in rule:
         if wall > last_wall:
             break
-        found.update(zone.instants(wall, both_folds=False))
+        if wall >= first_wall:
+            found.update(zone.instants(wall, both_folds=False))
     return [aware(instant) for instant in sorted(found) if low < instant <= high]
 
 
@@ -241,6 +263,18 @@ def solar_runs(event: str, lat: float, lon: float, after: datetime,
             return runs
         runs.append(moment)
         moment += timedelta(minutes=1)
+
+
+def one_off_runs(run_at: datetime, start: datetime | None,
+                 end: datetime | None) -> list[datetime]:
+    """A one-off's one slot: its time to the millisecond that names it (cut: a slot is
+    named by its millisecond, and a one-off is not sent after its time); before the
+    window's start, when the window opens (rounded up to its millisecond: never before
+    it); none after the window's end."""
+    slot = run_at.replace(microsecond=run_at.microsecond // 1000 * 1000)
+    if start is not None and slot < start:
+        slot = start + timedelta(microseconds=-start.microsecond % 1000)
+    return [] if end is not None and slot > end else [slot]
 
 
 def window(runs: Sequence[datetime], start: datetime | None,
