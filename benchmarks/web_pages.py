@@ -33,7 +33,7 @@ import dataset  # noqa: E402  (benchmarks/dataset.py)
 from celery import Celery  # noqa: E402
 
 from redbeat import browse  # noqa: E402
-from redbeat.entry import store_for  # noqa: E402
+from redbeat.runtime import store_for  # noqa: E402
 from support.counting import counting_client, counting_commands  # noqa: E402
 from support.redis_server import RedisServer  # noqa: E402
 

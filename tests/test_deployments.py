@@ -12,9 +12,9 @@ import redis
 from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.cli import main
-from redbeat.connection import StartupNode, get_redis
-from redbeat.entry import store_for
+from redbeat.connection import StartupNode
 from redbeat.manage import get_entry
+from redbeat.runtime import get_redis, store_for
 from support.deployments import (
     ACLServer,
     ClusterDeployment,

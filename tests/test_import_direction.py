@@ -20,21 +20,24 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "redbeat"
 
-PURE_CORE = {"keys", "decoder", "schedules", "nexttime", "nextrun", "policy", "planning",
-             "batch", "failures", "schedule_text", "entry_input", "guards", "entry_fields",
-             "legacy", "run_buckets", "heartbeat", "foreign", "runs", "redaction"}
+PURE_CORE = {"compat", "keys", "decoder", "schedules", "nexttime", "nextrun", "policy",
+             "planning", "batch", "failures", "schedule_text", "entry_input", "guards",
+             "entry_fields", "legacy", "run_buckets", "heartbeat", "foreign", "runs", "redaction"}
 #: Between the two: the core may import these. ``settings`` reaches no edge; ``entry``
 #: (2.4.2's entry class, which saves itself) reaches the store and what the store
-#: imports, and nothing else of the edges (docs/design.md, "Layers").
+#: imports, and the app's runtime that holds the store, and nothing else of the edges
+#: (docs/design.md, "Layers").
 BRIDGE = {"entry", "settings"}
-BRIDGE_REACHES = {"settings": set(), "entry": {"store", "lock", "connection", "retry"}}
-EDGES = {"store", "connection", "schedulers", "dispatch", "manage", "browse", "cli", "embedded",
-         "lock", "retry", "health", "metrics", "publish", "web", "__main__", "preflight",
-         "migrate", "worker"}
-#: Parts of beat the scheduler hands work to (the dispatcher publishes): they get what
-#: they need from it when built, and never import it (nor anything that does), so each
-#: is tested on its own and the scheduler's size stays its own.
-SCHEDULER_PARTS = {"dispatch"}
+BRIDGE_REACHES = {"settings": set(),
+                  "entry": {"store", "lock", "connection", "retry", "runtime"}}
+EDGES = {"store", "connection", "runtime", "schedulers", "dispatch", "manage", "browse", "cli",
+         "embedded", "lock", "retry", "health", "metrics", "publish", "web", "__main__",
+         "preflight", "migrate", "worker"}
+#: Parts of beat the scheduler hands work to (the dispatcher publishes; compat decides
+#: which 2.4.2 hooks a class overrides): they get what they need from it when built, and
+#: never import it (nor anything that does), so each is tested on its own and the
+#: scheduler's size stays its own.
+SCHEDULER_PARTS = {"dispatch", "compat"}
 #: Client libraries of the edges: the core talks to neither Redis nor a broker.
 IO_LIBRARIES = {"redis", "kombu"}
 

@@ -239,12 +239,17 @@ def test_a_static_whose_key_holds_something_else_replaces_it(redis_server):
     assert RedBeatSchedulerEntry.from_key("redbeat:s1", app=app).task == "tasks.a"
 
 
-def test_standby_never_writes_statics(redis_server):
+def test_standby_writes_statics_at_start_up_only(redis_server):
+    """As 2.4.2 did, every node writes its beat_schedule when it starts (issue 21 item 6);
+    afterwards only the leader does."""
     app = make_app(redis_server.url)
     first = leader(app, Clock())
     other = make_app(redis_server.url, beat_schedule={"s9": {"task": "t", "schedule": 5.0}})
-    Recording(other, clock=Clock()).tick()
-    assert not get_redis(app).exists("redbeat:s9")
+    standby = Recording(other, clock=Clock())
+    assert get_redis(app).exists("redbeat:s9")  # written by the standby's setup_schedule
+    get_redis(app).delete("redbeat:s9")
+    standby.tick()
+    assert not get_redis(app).exists("redbeat:s9")  # a standby's tick never writes them
     first.close()
 
 

@@ -10,7 +10,7 @@ import redis.client
 
 from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
-from redbeat.entry import store_for
+from redbeat.runtime import store_for
 from redbeat.manage import QUARANTINE_SAMPLE, import_entries, list_entries, status
 from redbeat.schedulers import get_redis
 from support.counting import counting_client

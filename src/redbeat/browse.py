@@ -23,10 +23,11 @@ from typing import Any
 
 from celery import Celery
 
-from .entry import InvalidEntry, RedBeatSchedulerEntry, parse_meta, store_for
+from .entry import InvalidEntry, RedBeatSchedulerEntry, parse_meta
 from .keys import KeyLayout
 from .manage import EntryInfo, entry_info
 from .nextrun import NextRun, from_score, next_run
+from .runtime import store_for
 from .run_buckets import SECOND, RunCounter, Tally, runs_between, score_micros
 from .settings import ensure_conf
 from .store import ScheduleStore

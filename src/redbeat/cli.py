@@ -31,17 +31,12 @@ import redis.exceptions
 from celery import Celery
 
 from . import __version__, guards, health, legacy, manage, migrate
-from .connection import CLIENT_ATTRIBUTE, OWN_OPTIONS
+from .connection import OWN_OPTIONS
 from .redaction import redact
 from .entry import (
-    CACHE_ATTRIBUTE,
-    STORE_ATTRIBUTE,
     EntryNotFound,
     InvalidEntry,
     RedBeatSchedulerEntry,
-    mark_zone_unknown,
-    store_for,
-    zone_unknown,
 )
 from .entry_input import SCHEDULE_FIELDS, json_field, options_from, policy_from, schedule_from
 from .failures import failing_summary, read_failures
@@ -52,6 +47,7 @@ from .nexttime import utc
 from .policy import EntryPolicy
 from .preflight import check_app
 from .retry import AUTH_ERRORS
+from .runtime import runtime_for, store_for
 from .schedule_text import (
     as_options,
     describe,
@@ -93,7 +89,7 @@ class Session:
         app = Celery("redbeat-cli", set_as_current=False)
         app.conf.update(redbeat_redis_url=self.url, timezone=self.zone or "UTC",
                         redbeat_redis_options={})
-        mark_zone_unknown(app)  # beat's zone is its app's, which this process has not
+        runtime_for(app).zone_unknown = True  # beat's zone is its app's, not known here
         if self.prefix:
             app.conf.redbeat_key_prefix = self.prefix
         return app
@@ -128,7 +124,7 @@ def for_cli(app: Celery, url: str | None, prefix: str | None,
     it), and options the settings borrowed from ``broker_transport_options`` are not
     handed to the Redis client (``visibility_timeout`` is a kombu option redis-py
     refuses): only the ones redbeat itself reads from there are kept, as the scheduler
-    does. The copy goes on the app with a store and client of its own."""
+    does. The copy replaces the app's settings in its runtime, with a client of its own."""
     config = ensure_conf(app)
     for notice in config.notices:
         click.echo(f"warning: {notice}", err=True)
@@ -148,10 +144,8 @@ def for_cli(app: Celery, url: str | None, prefix: str | None,
         own_lock = config.lock_key == KeyLayout(config.key_prefix).lock
         changes.update(key_prefix=prefix,
                        lock_key=KeyLayout(prefix).lock if own_lock else config.lock_key)
-    app.redbeat_conf = dataclasses.replace(config, **changes)  # a copy: nothing read again
-    for attribute in (STORE_ATTRIBUTE, CLIENT_ATTRIBUTE, CACHE_ATTRIBUTE):
-        if getattr(app, attribute, None) is not None:
-            setattr(app, attribute, None)
+    # a copy: nothing read again
+    runtime_for(app).use_settings(dataclasses.replace(config, **changes), new_client=True)
     return app
 
 
@@ -521,7 +515,7 @@ def _show_dispatches(info: manage.EntryInfo, zone: tzinfo) -> None:
 def _show_next_runs(entry: RedBeatSchedulerEntry, zone: tzinfo, runs: int,
                     score: float | None) -> None:
     click.echo("next runs:")
-    if zone_unknown(entry.app) and follows_app_zone(entry.schedule):
+    if runtime_for(entry.app).zone_unknown and follows_app_zone(entry.schedule):
         click.echo("  (in the app's time zone, which this command does not know: "
                    "celery -A proj redbeat show lists them)")
         return
@@ -656,7 +650,7 @@ def add(ctx: click.Context, name: str, task: str, disabled: bool, force: bool,
 def _upcoming(ctx: click.Context, entry: RedBeatSchedulerEntry) -> str:
     if not entry.enabled:
         return "(disabled)"
-    if zone_unknown(entry.app) and follows_app_zone(entry.schedule):
+    if runtime_for(entry.app).zone_unknown and follows_app_zone(entry.schedule):
         return "worked out by beat in the app's time zone (--tz gives it one)"
     return _when(entry.due_at, _session(ctx).shown_zone)
 
@@ -915,7 +909,7 @@ def _yaml() -> Any:
     try:
         import yaml
     except ImportError as exc:
-        raise ValueError("YAML needs PyYAML: pip install 'redbeat[yaml]'") from exc
+        raise ValueError("YAML needs PyYAML: pip install 'celery-beatkeeper[yaml]'") from exc
     return yaml
 
 
@@ -1009,12 +1003,12 @@ def check_command(ctx: click.Context, host: str | None, pid: int | None,
 @command
 def web_command(ctx: click.Context, host: str, port: int, token: str | None,
                 user: str | None, password: str | None, read_only: bool) -> None:
-    """Serve a web view of the schedule (pip install 'redbeat[web]')."""
+    """Serve a web view of the schedule (pip install 'celery-beatkeeper[web]')."""
     try:
         from .web import WebSettings, serve
         from .web.security import RefusedBind, check_bind
     except ImportError as exc:
-        fail(f"the web view needs its extra: pip install 'redbeat[web]' ({exc})", EXIT_FAILED)
+        fail(f"the web view needs its extra: pip install 'celery-beatkeeper[web]' ({exc})", EXIT_FAILED)
     app = _app(ctx)
     config = ensure_conf(app)
     settings = WebSettings(host=host, port=port, token=token or config.web_token,

@@ -1,4 +1,4 @@
-"""Builds the Redis client from the settings, once per app.
+"""Builds the Redis client from the settings (redbeat.runtime keeps one per app).
 
 One client (and so one pool) lives for the life of the scheduler; for Sentinel it is
 the ``master_for`` client, whose pool asks the sentinels for the master on every new
@@ -14,22 +14,18 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlparse
 
 import redis
-from celery import Celery
 from redis.cluster import ClusterNode
 from redis.sentinel import Sentinel
 
 from .redaction import redact
-from .retry import RetryingConnection
-from .settings import RedBeatConfig, ensure_conf
+from .settings import RedBeatConfig
 
 logger = logging.getLogger("celery.beat")
 
-CLIENT_ATTRIBUTE = "redbeat_redis"
-
 #: Options that steer redbeat itself and are never handed to the redis client.
-OWN_OPTIONS = frozenset(
-    {"retry_period", "cluster", "sentinels", "service_name", "sentinel_kwargs", "startup_nodes"}
-)
+INTERNAL_OPTIONS = ("retry_period", "cluster", "sentinels", "service_name", "sentinel_kwargs",
+                    "startup_nodes")
+OWN_OPTIONS = frozenset(INTERNAL_OPTIONS)
 
 
 #: Replies as text; bytes that are not UTF-8 (a corrupt entry) survive the round trip
@@ -179,25 +175,6 @@ def build_client(config: RedBeatConfig) -> Any:
         extra.update(ssl_options(config))
         extra.update(dict(parse_qsl(urlparse(url).query)))
     return redis.Redis.from_url(url, **extra)
-
-
-def get_redis(app: Celery | None = None) -> Any:
-    """The app's Redis client, built on first use (2.4.2's ``get_redis``)."""
-    config = ensure_conf(app)
-    owner = config.app
-    client = getattr(owner, CLIENT_ATTRIBUTE, None)
-    if client is None:
-        if config.redis_url_is_fallback and config.redis_url:
-            logger.warning(
-                "beat: redbeat_redis_url is not set; using broker_url %s for the schedule",
-                redact(config.redis_url),
-            )
-        client = build_client(config)
-        retry_period = config.redis_options.get("retry_period")
-        if retry_period is not None:
-            client = RetryingConnection(retry_period, client)
-        setattr(owner, CLIENT_ATTRIBUTE, client)
-    return client
 
 
 def unwrapped(client: Any) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import zoneinfo  # noqa: F401  # 2.4.2's module had these names; public code imports them
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -19,9 +20,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from celery import schedules as celery_schedules
+from celery.schedules import crontab, schedule  # noqa: F401  # 2.4.2's re-exports
 from dateutil.rrule import weekday
 
 from . import schedules
+from .schedules import rrule  # noqa: F401  # 2.4.2's re-export
 
 UTC = timezone.utc
 
@@ -65,8 +68,8 @@ def tagged(value: Any) -> dict[str, Any]:
 
 
 class RedBeatJSONEncoder(json.JSONEncoder):
-    def default(self, o: Any) -> Any:
-        return tagged(o)
+    def default(self, obj: Any) -> Any:  # 2.4.2's parameter name, for keyword callers
+        return tagged(obj)
 
 
 class RedBeatJSONDecoder(json.JSONDecoder):
@@ -232,15 +235,15 @@ def decode_solar(fields: dict[str, Any]) -> celery_schedules.solar:
     return celery_schedules.solar(fields["event"], float(fields["lat"]), float(fields["lon"]))
 
 
-def to_timestamp(moment: datetime) -> int:
-    """Whole epoch seconds of ``moment`` (naive means UTC): how 2.4.2 stores rrule
-    times."""
-    return calendar.timegm(moment.utctimetuple())
+def to_timestamp(dt: datetime) -> int:
+    """Whole epoch seconds of ``dt`` (naive means UTC): how 2.4.2 stores rrule times.
+    (Parameter names here are 2.4.2's, for keyword callers.)"""
+    return calendar.timegm(dt.utctimetuple())
 
 
-def get_utcoffset_minutes(moment: datetime) -> float | int:
-    """The UTC offset of ``moment`` in minutes (0 for naive)."""
-    offset = moment.utcoffset()
+def get_utcoffset_minutes(dt: datetime) -> float | int:
+    """The UTC offset of ``dt`` in minutes (0 for naive)."""
+    offset = dt.utcoffset()
     return offset.total_seconds() / 60 if offset else 0
 
 

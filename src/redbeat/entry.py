@@ -14,15 +14,13 @@ import socket
 import time
 from dataclasses import replace
 from datetime import datetime
-from functools import lru_cache
 from typing import Any
 
 from celery import Celery
 from celery.beat import ScheduleEntry
 from celery.schedules import schedstate
 
-from . import decoder, legacy
-from .connection import get_redis, unwrapped
+from . import compat, decoder, legacy
 from .entry_fields import (
     DECODE_ERRORS,
     POLICY_FIELDS,
@@ -42,24 +40,10 @@ from .nextrun import NextRun, follows_app_zone, next_run, score_of, to_score, up
 from .nexttime import next_after, to_millisecond, utc
 from .policy import DEFAULT as DEFAULT_POLICY
 from .policy import EntryPolicy
-from .retry import RetryPolicy
+from .runtime import DefinitionCache, runtime_for, store_for
 from .schedules import check_interval, clocked
 from .settings import RedBeatConfig, ensure_conf
 from .store import ScheduleStore
-
-STORE_ATTRIBUTE = "redbeat_store"
-CACHE_ATTRIBUTE = "redbeat_definitions"
-ZONE_UNKNOWN_ATTRIBUTE = "redbeat_zone_unknown"
-
-
-def mark_zone_unknown(app: Celery) -> None:
-    """Say that ``app``'s time zone is not the one beat evaluates entries in (an app
-    built by the standalone CLI, which has no access to the real one)."""
-    setattr(app, ZONE_UNKNOWN_ATTRIBUTE, True)
-
-
-def zone_unknown(app: Celery) -> bool:
-    return bool(getattr(app, ZONE_UNKNOWN_ATTRIBUTE, False))
 
 
 class EntryNotFound(KeyError):
@@ -75,18 +59,6 @@ class EntryNotFound(KeyError):
         return f"no entry named {self.name!r}"
 
 
-def store_for(app: Celery) -> ScheduleStore:
-    """The app's store, built once: one client and one retry policy per app."""
-    store = getattr(app, STORE_ATTRIBUTE, None)
-    if store is None:
-        config = ensure_conf(app)
-        retry = RetryPolicy(config.redis_options.get("retry_period"))
-        store = ScheduleStore(unwrapped(get_redis(app)), config.keys, retry,
-                              config.history_records)
-        setattr(app, STORE_ATTRIBUTE, store)
-    return store
-
-
 def node_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -99,6 +71,13 @@ def changed_json(by: str) -> str:
 
 class RedBeatSchedulerEntry(ScheduleEntry):
     """A periodic task stored in Redis. Signature and behaviour of celery-redbeat 2.4.2."""
+
+    #: 2.4.2's class attribute (never set by it), kept for code that reads it.
+    _meta = None
+    #: What an entry built by a subclass that calls ``ScheduleEntry.__init__`` directly
+    #: (skipping this constructor, as some 2.4.2 subclasses do) has: enabled, no policy.
+    enabled = True
+    policy: EntryPolicy = DEFAULT_POLICY
 
     def __init__(
         self,
@@ -136,8 +115,18 @@ class RedBeatSchedulerEntry(ScheduleEntry):
             self.__dict__["last_run_at"] = (
                 None if isinstance(self.schedule, clocked) else to_millisecond(created))
         self.enabled = enabled
-        self.config: RedBeatConfig = ensure_conf(self.app)
+        self.config = ensure_conf(self.app)
         self.policy = replace(policy or DEFAULT_POLICY, **policy_fields)
+
+    @property
+    def config(self) -> RedBeatConfig:
+        """The app's settings (kept on the entry by this constructor; an entry built
+        without it reads the app's)."""
+        return self.__dict__.get("config") or ensure_conf(self.app)
+
+    @config.setter
+    def config(self, value: RedBeatConfig) -> None:
+        self.__dict__["config"] = value
 
     # -- identity ------------------------------------------------------------------------
 
@@ -188,7 +177,7 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         finished."""
         if not self.enabled:
             return PARKED_SCORE
-        if type(self).due_at is not RedBeatSchedulerEntry.due_at:
+        if compat.own_due_at(type(self), RedBeatSchedulerEntry):
             return to_score(self.due_at)  # a subclass's own due time, as 2.4.2 scored it
         return score_of(self._next_run())
 
@@ -257,7 +246,7 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         (``:lock``, ``:nodes``, ...), which would break every node.
 
         Through an app that does not know the zone beat runs in (the standalone CLI's,
-        see :func:`mark_zone_unknown`), an entry whose runs follow the app's zone (a
+        its runtime's ``zone_unknown``), an entry whose runs follow the app's zone (a
         crontab without a zone of its own) is stored due at once: beat's next tick
         works out its next run in the app's zone (an early score is corrected, nothing
         is sent), so it runs as the same entry saved from the app would."""
@@ -267,11 +256,12 @@ class RedBeatSchedulerEntry(ScheduleEntry):
             raise ValueError(f"entry name {self.name!r} is reserved: its key {self.key!r} is "
                              "one of redbeat's own keys")
         meta = meta_json(self.last_run_at)
-        if zone_unknown(self.app) and self.enabled and follows_app_zone(self.schedule):
+        if runtime_for(self.app).zone_unknown and self.enabled and \
+                follows_app_zone(self.schedule):
             score, rescore = to_score(to_millisecond(self._default_now())), None
         else:
             score = self.score
-            follows = score >= 0 and type(self).due_at is RedBeatSchedulerEntry.due_at
+            follows = score >= 0 and not compat.own_due_at(type(self), RedBeatSchedulerEntry)
             rescore = self._score_after if follows else None
         self.store.save(self.key, self.definition_json(), meta, score,
                         changed_json(changed_by), self.policy.to_json(), rescore)
@@ -349,34 +339,9 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         return f"<RedBeatSchedulerEntry: {self.name} {self.task} {self.schedule!r}>"
 
 
-class DefinitionCache:
-    """One app's parsed definitions, by their text, and the schedules they share.
-
-    The tick sees the same definitions again and again, and parsing one is most of the
-    cost of planning it. Entries built from the cache share these objects, so only the
-    scheduler (which never mutates them) uses it. One per app: a schedule carries its
-    app (a crontab's default zone is the app's), set here once, not on every tick.
-    """
-
-    def __init__(self, app: Celery, size: int = 16384) -> None:
-        self.app = app
-        self.prefix = ensure_conf(app).key_prefix
-        self.schedules = decoder.SharedSchedules()
-        self.parse = lru_cache(maxsize=size)(self._parse)
-
-    def _parse(self, key: str, text: str | None) -> Definition:
-        definition = parse_definition(key, text, self.prefix, self.schedules.loads)
-        definition.schedule.app = self.app
-        return definition
-
-
 def definition_cache(app: Celery) -> DefinitionCache:
-    """The app's cache, built once (like its store)."""
-    cache = getattr(app, CACHE_ATTRIBUTE, None)
-    if cache is None:
-        cache = DefinitionCache(app)
-        setattr(app, CACHE_ATTRIBUTE, cache)
-    return cache
+    """The app's parsed definitions (its runtime's)."""
+    return runtime_for(app).definitions
 
 
 def decode_entry(
@@ -389,7 +354,7 @@ def decode_entry(
     except DECODE_ERRORS as exc:  # nested past the limit too; an unknown zone a KeyError
         reason = exc if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
         raise InvalidEntry(key, f"policy: {reason}") from exc
-    own_keys = cls.generate_key is not RedBeatSchedulerEntry.generate_key
+    own_keys = compat.own_keys(cls, RedBeatSchedulerEntry)
     if cached and not own_keys:
         definition = definition_cache(app).parse(key, definition_text)
     else:
@@ -400,9 +365,11 @@ def decode_entry(
             raise InvalidEntry(key, f"definition name {definition.name!r} belongs to key "
                                     f"{cls.generate_key(app, definition.name)!r}")
     last_run_at, count = parse_meta(key, meta_text)
-    if cls.__init__ is not RedBeatSchedulerEntry.__init__:
+    if compat.own_constructor(cls, RedBeatSchedulerEntry):
         # A subclass with its own constructor gets it called, as 2.4.2's from_key did,
-        # with the definition's other top-level keys (a ``tenant`` it stores) too.
+        # with the definition's other top-level keys (a ``tenant`` it stores) too, and
+        # only the keywords it takes: one that names exactly 2.4.2's (no **kwargs) is
+        # not offered ``policy``, which is set afterwards.
         known = dict(
             name=definition.name, task=definition.task, schedule=definition.schedule,
             args=definition.args, kwargs=definition.kwargs, enabled=definition.enabled,
@@ -411,12 +378,12 @@ def decode_entry(
         )
         extra = extra_fields(key, definition_text)
         try:
-            entry = cls(**known, **extra)
+            entry = cls(**compat.accepted(cls.__init__, {**known, **extra}))
         except TypeError:
             if not extra:
                 raise
-            entry = cls(**known)  # a constructor that does not take them
-        entry.__dict__["last_run_at"] = last_run_at  # None: never ran
+            entry = cls(**compat.accepted(cls.__init__, known))  # refuses the extra ones
+        entry.__dict__.update(last_run_at=last_run_at, policy=policy)  # None: never ran
         return entry
     # Built without __init__: the fields are validated already, and this runs for every
     # due entry of every tick.
@@ -433,9 +400,9 @@ def decode_entry(
 #: The names this module had before the fields' text moved to redbeat.entry_fields, kept
 #: importable from here for code that imports them from the entry's module.
 __all__ = [
-    "CACHE_ATTRIBUTE", "DECODE_ERRORS", "STORE_ATTRIBUTE", "UTC_META", "UTC_ZONE", "Definition",
+    "DECODE_ERRORS", "UTC_META", "UTC_ZONE", "Definition",
     "DefinitionCache", "EntryNotFound", "InvalidEntry", "RedBeatSchedulerEntry", "as_utc_zone",
-    "changed_json", "decode_entry", "definition_cache", "mark_zone_unknown", "meta_json",
-    "node_name", "parse_definition", "parse_meta", "store_for", "to_millisecond", "to_score",
-    "utc_meta_text", "zone_unknown",
+    "changed_json", "decode_entry", "definition_cache", "meta_json",
+    "node_name", "parse_definition", "parse_meta", "to_millisecond", "to_score",
+    "utc_meta_text",
 ]

@@ -25,7 +25,6 @@ from .entry import (
     RedBeatSchedulerEntry,
     changed_json,
     node_name,
-    store_for,
 )
 from .failures import read_failures
 from .heartbeat import heartbeats
@@ -41,6 +40,7 @@ from .keys import (
 )
 from .nextrun import score_time
 from .planning import Claim, pending_message
+from .runtime import store_for
 from .settings import ensure_conf
 from .store import HistoryUnreadable, Row, ScheduleStore
 

@@ -118,7 +118,7 @@ class ScheduleCollector:
         """The app's schedule on the app's client, without the retry policy: a scrape
         while Redis is away must answer ``redbeat_schedule_up 0`` within the scrape's
         timeout, not retry for the scheduler's retry period."""
-        from .entry import store_for
+        from .runtime import store_for
         from .retry import RetryPolicy
         from .store import ScheduleStore
 
@@ -213,7 +213,7 @@ def recorder_for(app: Celery, config: RedBeatConfig) -> Recorder:
             from prometheus_client import CollectorRegistry, start_http_server
         except ImportError:
             logger.error("beat: redbeat_metrics_port is set but prometheus_client is not "
-                         "installed (pip install 'redbeat[metrics]'); no metrics")
+                         "installed (pip install 'celery-beatkeeper[metrics]'); no metrics")
             return Recorder()
         registry = CollectorRegistry(auto_describe=False)
         recorder = Recorder(registry)

@@ -42,6 +42,7 @@ from celery import schedules as celery_schedules
 from celery.utils.time import remaining
 from dateutil import rrule as dateutil_rrule
 
+from . import compat
 from .schedules import (
     BY_PARTS,
     DAILY,
@@ -96,8 +97,7 @@ def overrides_estimate(schedule: Any, base: Any) -> bool:
     """Whether ``schedule`` is a subclass that redefines ``remaining_estimate`` (a
     schedule written for Celery's beat): it is asked through that, not through this
     module's arithmetic for its base type."""
-    method = type(schedule).remaining_estimate
-    return method is not base.remaining_estimate and not getattr(method, "redbeat", False)
+    return compat.asks_estimate(schedule, base)
 
 
 @singledispatch

@@ -192,9 +192,13 @@ class RetryingConnection:
     go through the store, which retries on its own.
     """
 
+    #: The longest wait between two attempts, in seconds (2.4.2's attribute; it waited up
+    #: to 30 s, so a Redis back after a restart went unnoticed that long).
+    RETRY_MAX_WAIT = 2.0
+
     def __init__(self, retry_period: float | None, wrapped_connection: Any) -> None:
         self.wrapped_connection = wrapped_connection
-        self.policy = RetryPolicy(retry_period)
+        self.policy = RetryPolicy(retry_period, max_wait=self.RETRY_MAX_WAIT)
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self.wrapped_connection, name)

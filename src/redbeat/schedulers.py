@@ -19,22 +19,33 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import json
 import logging
+import ssl
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import MINYEAR, datetime, timezone
 from typing import Any
 
 import redis.exceptions
 from celery import Celery
-from celery.beat import Scheduler
+from celery.app import app_or_default
+from celery.beat import DEFAULT_MAX_INTERVAL, ScheduleEntry, Scheduler
 from celery.schedules import crontab
+from celery.signals import beat_init
+from celery.utils.log import get_logger
 from celery.utils.time import humanize_seconds
 from kombu.utils.objects import cached_property
+from kombu.utils.url import maybe_sanitize_url
+from redis import Redis
+from redis.sentinel import MasterNotFoundError, Sentinel
+from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from . import decoder, metrics
-from .connection import CLIENT_ATTRIBUTE, get_redis
+from . import compat, decoder, metrics
+from .connection import INTERNAL_OPTIONS
+from .decoder import RedBeatJSONDecoder, RedBeatJSONEncoder, to_timestamp
 from .dispatch import BATCHED, INLINE, ONE_BY_ONE, Dispatcher, Drafts, OnDispatcher
 from .entry import (
     InvalidEntry,
@@ -42,7 +53,6 @@ from .entry import (
     changed_json,
     meta_json,
     node_name,
-    store_for,
 )
 from .keys import PARKED_SCORE, QUARANTINE
 from .lock import NO_EXPIRY, Holder, Lease, expiry_words
@@ -57,6 +67,7 @@ from .planning import (
 )
 from .preflight import check_app
 from .retry import RetryingConnection, is_auth_error
+from .runtime import CLIENT_ATTRIBUTE, get_redis, store_for
 from .settings import (
     AT_LEAST_ONCE,
     DEFAULT_POLL_INTERVAL,
@@ -72,16 +83,6 @@ logger = logging.getLogger("celery.beat")
 #: expire, so SIGTERM ends beat well inside a supervisor's grace period.
 CLOSE_TIMEOUT = 2.0
 
-#: Hooks of celery-redbeat 2.4.2 that the batched tick does not call; a subclass (or
-#: instance) overriding one of them, or an entry class overriding one of ENTRY_HOOKS,
-#: gets the per-entry path. (``apply_async``, ``send_task`` and ``setup_schedule`` are
-#: called on both paths.)
-SCHEDULER_HOOKS = ("maybe_due", "is_due", "reserve")
-#: How one slot is published: overriding one of these (on the class or the instance)
-#: sends each slot through it, one by one, instead of the batched publish.
-PUBLISH_HOOKS = ("apply_async", "send_task", "send_slot")
-ENTRY_HOOKS = ("__init__", "is_due", "due_at", "reschedule", "generate_key", "_next_instance",
-               "next", "__next__")
 #: Entries listed by the ``schedule`` property at most.
 PAGE = 1000
 
@@ -121,6 +122,8 @@ def celery_default_entries(app: Celery, configured: dict[str, Any]) -> dict[str,
 
 class RedBeatScheduler(Scheduler):
     Entry = RedBeatSchedulerEntry
+    #: 2.4.2's class attribute; every instance has its lease here (None: no locking).
+    lock: Lease | None = None
 
     #: Celery's default is 300 s; this scheduler wakes every poll interval anyway (to
     #: renew the lease and see entries saved by anyone), so that is its loop interval.
@@ -150,7 +153,7 @@ class RedBeatScheduler(Scheduler):
         #: Elapsed time for the lease and the broker (both injectable: tests drive them)
         self.monotonic = monotonic
         self.node_id = node_name()
-        self.lock: Lease | None = None
+        self.lock = None
         self.leading = False
         self._standby_holder: str | None = None
         self._redis_down = False
@@ -212,6 +215,8 @@ class RedBeatScheduler(Scheduler):
             # a redis-py Lock put here by code written for 2.4.2 (its beat_init handler
             # copied): carry on under its key and token
             self.lock = Lease.adopt(self.store, self.lock, self.lock_timeout)
+        if self.lock is not None:
+            self.lock.store = self.store  # the client in force (the app may replace it)
         return self.lock
 
     @property
@@ -221,8 +226,9 @@ class RedBeatScheduler(Scheduler):
     # -- start-up ------------------------------------------------------------------------
 
     def setup_schedule(self) -> None:
-        """Load the scripts and check the server. Statics wait until this node leads,
-        unless locking is disabled (then this is the only node: write them now)."""
+        """Load the scripts, check the server and write the statics, as 2.4.2 did at
+        start-up (a subclass whose ``tick`` never reaches this package's still has its
+        ``beat_schedule`` in Redis); the node that takes the lead writes them again."""
         try:
             self._check_server()
         except redis.exceptions.RedisError as exc:
@@ -232,8 +238,11 @@ class RedBeatScheduler(Scheduler):
             self.store.retry.outage.failed(exc, quiet=not is_auth_error(exc))
             self._redis_down = True  # checked, and "Redis is back" logged, when it answers
             return
-        if not self.config.lock_key:
-            self.sync_statics(datetime.fromtimestamp(self.clock(), tz=timezone.utc))
+        try:
+            self.sync_statics(datetime.fromtimestamp(self.clock(), tz=timezone.utc),
+                              starting=True)
+        except redis.exceptions.RedisError as exc:  # said once, as a tick would say it
+            self._redis_unavailable(exc)
 
     def _check_server(self) -> None:
         """Load the scripts and check the eviction policy: at start, or when Redis first
@@ -285,10 +294,12 @@ class RedBeatScheduler(Scheduler):
                 entry.last_run_at = stored.last_run_at
             entry.save()
 
-    def sync_statics(self, now: datetime) -> None:
+    def sync_statics(self, now: datetime, starting: bool = False) -> None:
         """Write the static entries (keeping their run history) and delete the statics
-        no longer configured: two round trips for any number of statics."""
-        if type(self).update_from_dict is not RedBeatScheduler.update_from_dict:
+        no longer configured: two round trips for any number of statics. Fenced by the
+        lease, except at start-up (``starting``), where every node writes its own, as
+        in 2.4.2."""
+        if compat.shapes_statics(self, RedBeatScheduler):
             self._sync_statics_through_update_from_dict()
             return
         statics = self.static_entries()
@@ -308,7 +319,7 @@ class RedBeatScheduler(Scheduler):
             ))
         removed = [(self.Entry.generate_key(self.app, name), name)  # the entry class's keys
                    for name in recorded - set(statics)]
-        self.store.write_statics(writes, removed, self._lease())
+        self.store.write_statics(writes, removed, None if starting else self._lease())
         for _, name in removed:
             logger.info("beat: Removed static entry %r (no longer in beat_schedule)", name)
         logger.info("beat: Synced %d static entries", len(writes))
@@ -437,12 +448,7 @@ class RedBeatScheduler(Scheduler):
         """Whether this scheduler (its class or the instance) or its entry class
         overrides a hook the batched tick does not call; then every due entry goes
         through those hooks one by one, as in celery-redbeat 2.4.2."""
-        own = type(self)
-        if any(getattr(own, hook) is not getattr(RedBeatScheduler, hook) or hook in vars(self)
-               for hook in SCHEDULER_HOOKS):
-            return True
-        return any(getattr(self.Entry, hook) is not getattr(RedBeatSchedulerEntry, hook)
-                   for hook in ENTRY_HOOKS)
+        return compat.per_entry(self, RedBeatScheduler)
 
     def _tick_per_entry(self, fetch: Fetch, lease: Lease | None, now: datetime) -> float:
         """Each due entry is built through the entry class (its constructor included)
@@ -592,8 +598,7 @@ class RedBeatScheduler(Scheduler):
         overrides how one slot is sent; else batched where the transport allows."""
         if self.per_entry:
             return INLINE
-        if any(getattr(type(self), hook) is not getattr(RedBeatScheduler, hook)
-               or hook in vars(self) for hook in PUBLISH_HOOKS):
+        if compat.sends_one_by_one(self, RedBeatScheduler):
             return ONE_BY_ONE
         return BATCHED
 
@@ -674,6 +679,8 @@ LUA_EXTEND_TO_SCRIPT = with_flag_reply("extend")
 REDBEAT_REDIS_KEY = CLIENT_ATTRIBUTE
 REDBEAT_SENTINEL_KEY = "redbeat_sentinel"
 ADD_ENTRY_ERROR = "\nCouldn't add entry %r to redis schedule: %r. Contents: %r\n"
+#: Options consumed by redbeat itself, never handed to the Redis client.
+REDBEAT_INTERNAL_OPTIONS = INTERNAL_OPTIONS
 
 
 def acquire_distributed_beat_lock(sender: Any = None, **kwargs: Any) -> None:
@@ -690,7 +697,13 @@ def acquire_distributed_beat_lock(sender: Any = None, **kwargs: Any) -> None:
     logger.info("beat: Acquired lock")
 
 
-__all__ = ["ADD_ENTRY_ERROR", "LUA_EXTEND_TO_SCRIPT", "REDBEAT_REDIS_KEY",
-           "REDBEAT_SENTINEL_KEY", "RedBeatConfig", "RedBeatScheduler", "RedBeatSchedulerEntry",
-           "RetryingConnection", "acquire_distributed_beat_lock", "ensure_conf", "get_redis",
-           "logger"]
+#: Also importable from here as from 2.4.2's module, which imported them (public code
+#: imports ``RedBeatJSONEncoder``, ``get_logger``, ``DEFAULT_MAX_INTERVAL`` from here).
+__all__ = ["ADD_ENTRY_ERROR", "DEFAULT_MAX_INTERVAL", "LUA_EXTEND_TO_SCRIPT", "MINYEAR",
+           "REDBEAT_INTERNAL_OPTIONS", "REDBEAT_REDIS_KEY", "REDBEAT_SENTINEL_KEY",
+           "MasterNotFoundError", "RedBeatConfig", "RedBeatJSONDecoder", "RedBeatJSONEncoder",
+           "RedBeatScheduler", "RedBeatSchedulerEntry", "Redis", "RetryingConnection",
+           "ScheduleEntry", "Sentinel", "acquire_distributed_beat_lock", "app_or_default",
+           "beat_init", "ensure_conf", "get_logger", "get_redis", "json", "logger",
+           "maybe_sanitize_url", "retry", "retry_if_exception_type", "ssl", "stop_after_delay",
+           "to_timestamp", "wait_exponential", "warnings"]

@@ -13,14 +13,17 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from celery import schedules as celery_schedules
-from dateutil import rrule as dateutil_rrule
+from celery.schedules import BaseSchedule as schedule  # noqa: F401  # 2.4.2's names here
+from celery.schedules import schedstate  # noqa: F401
+# dateutil's frequency constants, and its rrule class under 2.4.2's name for it,
+# importable from here as from celery-redbeat 2.4.2.
+from dateutil.rrule import DAILY, HOURLY, MINUTELY, MONTHLY, SECONDLY, WEEKLY, YEARLY
+from dateutil.rrule import rrule as dateutil_rrule
+
+from . import compat
 
 UTC = timezone.utc
 
-# dateutil's frequency constants, importable from here as from celery-redbeat 2.4.2.
-YEARLY, MONTHLY, WEEKLY, DAILY = (dateutil_rrule.YEARLY, dateutil_rrule.MONTHLY,
-                                  dateutil_rrule.WEEKLY, dateutil_rrule.DAILY)
-HOURLY, MINUTELY, SECONDLY = dateutil_rrule.HOURLY, dateutil_rrule.MINUTELY, dateutil_rrule.SECONDLY
 
 FREQUENCIES = {
     "YEARLY": YEARLY, "MONTHLY": MONTHLY, "WEEKLY": WEEKLY, "DAILY": DAILY,
@@ -72,6 +75,7 @@ def zone_name(tz: Any) -> str | None:
 class _ScheduleProtocol(celery_schedules.BaseSchedule):
     """Celery's schedule protocol answered from :mod:`redbeat.nexttime`."""
 
+    @compat.own  # Celery's answer, computed by nexttime: not a subclass's own estimate
     def remaining_estimate(self, last_run_at: datetime) -> timedelta | None:
         from .nexttime import next_after
 
@@ -79,8 +83,6 @@ class _ScheduleProtocol(celery_schedules.BaseSchedule):
         if upcoming is None:
             return None
         return upcoming - self.maybe_make_aware(self.now())
-
-    remaining_estimate.redbeat = True  # type: ignore[attr-defined]  # see nexttime
 
     def is_due(self, last_run_at: datetime) -> celery_schedules.schedstate:
         from .nexttime import next_after
@@ -149,7 +151,7 @@ class rrule(_ScheduleProtocol):
         self._check_bounded()
         # Not cached: redbeat.nexttime never iterates this object (it resumes the rule
         # near the moment asked), and a cache would keep every run it ever produced.
-        self.rrule = dateutil_rrule.rrule(
+        self.rrule = dateutil_rrule(
             frequency, dtstart=self.dtstart, interval=self.interval, until=self.until,
             **{k: v for k, v in self.rules.items() if v is not None},
         )

@@ -25,7 +25,8 @@ import pytest
 from celery import Celery
 
 from redbeat import RedBeatSchedulerEntry
-from redbeat.entry import meta_json, store_for
+from redbeat.entry import meta_json
+from redbeat.runtime import store_for
 from redbeat.settings import ensure_conf
 
 from .redis_server import free_port, redis_required, stop_process
