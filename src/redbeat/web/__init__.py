@@ -1,5 +1,5 @@
 """``redbeat web``: a small server-rendered view of the schedule (``pip install
-'redbeat[web]'``).
+'celery-beatkeeper[web]'``).
 
 It reads and changes entries only through redbeat's management API (``redbeat.manage``,
 ``redbeat.browse``), like the CLI. Every page is HTML rendered by Jinja2 with
