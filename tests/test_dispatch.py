@@ -17,7 +17,7 @@ from kombu.exceptions import EncodeError, OperationalError
 from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.dispatch import INLINE, ONE_BY_ONE, Dispatcher
-from redbeat.entry import store_for
+from redbeat.runtime import store_for
 from redbeat.lock import Lease
 from redbeat.metrics import Recorder
 from redbeat.settings import ensure_conf

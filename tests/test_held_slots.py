@@ -19,7 +19,7 @@ from celery import Celery
 from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry, manage
 from redbeat.schedulers import get_redis
-from redbeat.entry import store_for
+from redbeat.runtime import store_for
 from redbeat.store import definition_sha1
 from support.recording import T0, Clock, Recording, at
 from support.redis_server import RedisServer

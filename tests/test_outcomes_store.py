@@ -9,7 +9,7 @@ import json
 import pytest
 
 from redbeat import RedBeatSchedulerEntry
-from redbeat.entry import store_for
+from redbeat.runtime import store_for
 from redbeat.keys import RUN
 from redbeat.runs import RunRecord
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from celery import Celery
 
-from .entry import store_for
 from .failures import failing_summary
 from .lock import NO_EXPIRY, Holder, expiry_words
 from .manage import QUARANTINE_SAMPLE, Status, status
+from .runtime import store_for
 from .settings import ensure_conf
 
 

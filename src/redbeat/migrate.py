@@ -22,10 +22,11 @@ from urllib.parse import unquote, urlsplit
 from celery import Celery
 
 from . import legacy
-from .entry import InvalidEntry, RedBeatSchedulerEntry, changed_json, store_for
+from .entry import InvalidEntry, RedBeatSchedulerEntry, changed_json
 from .entry_fields import meta_json, parse_meta
 from .foreign import Carried, NotCarried, from_periodic_task, from_shelve_entry
 from .keys import CHANGED, DEFINITION, META, POLICY
+from .runtime import store_for
 from .schedules import clocked
 
 #: Every column the converter reads, one joined row per periodic task. The tables and

@@ -78,7 +78,7 @@ class Outcomes:
         """The app's schedule without the retry policy: a report to a Redis that is away
         is dropped at once rather than holding the task for the retry period. Built in
         the process that first reports (each pool child has its own connections)."""
-        from .entry import store_for
+        from .runtime import store_for
         from .retry import RetryPolicy
         from .store import ScheduleStore
 
