@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from celery.schedules import crontab, schedule, solar
-from dateutil.rrule import MO, weekday
+from dateutil.rrule import FR, MO, weekday
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -146,3 +146,15 @@ def test_shared_schedules_decode_like_loads_and_build_each_schedule_once():
     every = [shared.loads(f'{{"__type__": "interval", "every": {n}, "relative": false}}')
              for n in (1, 2, 3, 1)]
     assert [s.run_every.total_seconds() for s in every] == [1, 2, 3, 1]  # bounded, still right
+
+
+def test_equal_rrules_are_shared_lists_and_all():
+    """Issue 29: an rrule's BY-parts are lists, which made its signature unhashable, so
+    no rrule was shared and a burst of equal ones resumed each of them."""
+    shared = decoder.SharedSchedules()
+    text = decoder.dumps(schedules.rrule("MINUTELY", byhour=[9, 17], byweekday=[MO(+1), FR],
+                               dtstart=datetime(2027, 1, 1), timezone="Europe/London"))
+    first, second = shared.loads(text), shared.loads(text)
+    assert first is second and first == decoder.loads(text)
+    other = shared.loads(text.replace("17", "18"))
+    assert other is not first and other.rules["byhour"] != first.rules["byhour"]

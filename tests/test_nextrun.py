@@ -14,7 +14,7 @@ from redbeat.entry import meta_json
 from redbeat.nextrun import NextRun, from_score, next_run, to_score
 from redbeat.planning import TickSettings, plan_batch
 from redbeat.policy import EntryPolicy
-from redbeat.schedules import clocked
+from redbeat.schedules import clocked, rrule
 from redbeat.store import Row
 
 T = datetime(2027, 5, 4, 12, 0, 0, tzinfo=timezone.utc)  # a fixed "now": never the clock
@@ -325,3 +325,22 @@ def test_the_runs_listed_after_an_overdue_one_are_after_now(every, last_run, exp
     first = next_run(every, EntryPolicy(), "o", t(last_run), T)
     runs = upcoming_runs(first, every, EntryPolicy(), "o", 3, T)
     assert [run.due for run in runs] == [t(seconds) for seconds in expected]
+
+
+@pytest.mark.parametrize("schedule_", [
+    crontab(minute="*/7"),
+    rrule("MINUTELY", interval=45, dtstart=datetime(2027, 1, 1), timezone="Europe/London"),
+], ids=["crontab", "rrule"])
+def test_a_burst_on_one_schedule_is_planned_as_each_entry_alone(schedule_):
+    """Issue 29: the tick works out a schedule's answers once for every entry on it
+    (they share one schedule object); each entry's plan is the one it gets alone, its
+    jitter (a hash of its name) and catch-up included."""
+    rows = [row(f"e{i}", sched(schedule_), t(-4000 - 600 * (i % 3)), 0,
+                jitter=30.0 * (i % 2), coalesce=i % 4 != 0) for i in range(12)]
+    together = plan_batch(APP, rows, T, TickSettings("node"), RedBeatSchedulerEntry)
+    alone = [plan_batch(app(), [r], T, TickSettings("node"), RedBeatSchedulerEntry)
+             for r in rows]
+    assert len(together.claims) >= 12 and together.ops == [op for each in alone
+                                                           for op in each.ops]
+    assert [(c.task_id, c.due) for c in together.claims] == [
+        (c.task_id, c.due) for each in alone for c in each.claims]

@@ -17,6 +17,7 @@ from redbeat.nexttime import (
     first_due,
     latest_slot,
     next_after,
+    remembering,
     slots_between,
 )
 from redbeat.policy import EntryPolicy
@@ -295,3 +296,37 @@ def test_a_crontab_on_no_date_says_so(days, months):
         with pytest.raises(ScheduleBoundError, match="no month of month_of_year .* has a "
                                                      "day of day_of_month .*: it never runs"):
             compute(never, utc(2027, 1, 1))
+
+
+# -- issue 29: a tick's answers, worked out once per schedule ----------------------------
+
+
+@pytest.mark.parametrize("schedule_", [
+    cron(minute="*/5"), zoned_crontab(minute="10,20,30", hour=2, timezone=LORD_HOWE),
+    rrule("MINUTELY", interval=45, dtstart=datetime(2027, 1, 1), timezone=LONDON),
+], ids=["crontab", "zoned-crontab", "rrule"])
+def test_remembered_answers_are_the_answers(schedule_):
+    """Inside ``remembering`` (a tick's planning), a question asked again of the same
+    schedule object gets the answer it got the first time, which is the answer."""
+    moments = [utc(2027, 3, 28, 0, 59), utc(2027, 10, 2, 15, 41), utc(2027, 3, 28, 1, 2)]
+    plain = [(next_after(schedule_, m), first_due(schedule_, m),
+              latest_slot(schedule_, first_due(schedule_, m), m + timedelta(hours=3)))
+             for m in moments]
+    with remembering():
+        for _ in range(2):
+            assert [(next_after(schedule_, m), first_due(schedule_, m),
+                     latest_slot(schedule_, first_due(schedule_, m), m + timedelta(hours=3)))
+                    for m in moments] == plain
+
+
+def test_remembered_answers_belong_to_their_schedule_object():
+    """Two schedules are two sets of answers, even equal ones at one freed id; and a
+    crontab whose field is replaced is read again."""
+    moment = utc(2027, 1, 1, 10, 7)
+    with remembering():
+        assert next_after(cron(minute="*/15"), moment) == utc(2027, 1, 1, 10, 15)
+        assert next_after(cron(minute="*/20"), moment) == utc(2027, 1, 1, 10, 20)
+    changed = cron(minute="*/15")
+    assert next_after(changed, moment) == utc(2027, 1, 1, 10, 15)
+    changed.minute = {0, 40}
+    assert next_after(changed, moment) == utc(2027, 1, 1, 10, 40)

@@ -95,8 +95,9 @@ def decode_tagged(value: dict[str, Any]) -> Any:
 
 
 #: Schedule types whose objects never change once built, so entries with the same
-#: schedule may share one (Celery's solar moves its observer's date as it computes).
-SHAREABLE = frozenset({"interval", "crontab", "clocked"})
+#: schedule may share one (Celery's solar moves its observer's date as it computes; an
+#: rrule keeps only what resuming it needs, the same for every entry).
+SHAREABLE = frozenset({"interval", "crontab", "clocked", "rrule"})
 
 
 class SharedSchedules:
@@ -118,7 +119,9 @@ class SharedSchedules:
         name = value.get("__type__")
         if name not in SHAREABLE:
             return decode_tagged(value)
-        signature = tuple(value.items())
+        # an rrule's BY-parts are lists: as tuples, equal rules share a signature
+        signature = tuple((key, tuple(part) if isinstance(part, list) else part)
+                          for key, part in value.items())
         try:
             return self.built[signature]
         except KeyError:

@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import calendar
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import MAXYEAR, date, datetime, timedelta, timezone
 from functools import singledispatch
 from heapq import heappop, heappush
 from itertools import islice, takewhile
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 from celery import schedules as celery_schedules
 from celery.utils.time import remaining
@@ -291,6 +293,43 @@ def _interval_latest(schedule: celery_schedules.schedule, due: datetime,
     base = chain_base(schedule, due)  # ``due`` itself, or the runs after it are cut
     steps = (now - base) // every
     return due if steps <= 0 else base + every * steps
+
+
+# -- a tick's answers ------------------------------------------------------------------
+
+_T = TypeVar("_T")
+#: The answers of the tick planning now (see :func:`remembering`); None outside one.
+_ANSWERS: ContextVar[dict[tuple[Any, ...], tuple[Any, Any]] | None] = ContextVar(
+    "redbeat_nexttime_answers", default=None)
+
+
+@contextmanager
+def remembering() -> Iterator[None]:
+    """Within it, each question to a calendar schedule (its next run after a moment, its
+    first at one, its latest between two) is worked out once per schedule object: a
+    tick plans a thousand entries on ``* * * * *`` that last ran at one slot for the
+    price of one (the tick's definition cache gives equal schedules one object). Only
+    for the span of one tick's planning, which changes no schedule: an answer is a
+    function of the schedule and the moments asked about alone."""
+    token = _ANSWERS.set({})
+    try:
+        yield
+    finally:
+        _ANSWERS.reset(token)
+
+
+def _remembered(question: str, schedule: Any, moments: tuple[datetime, ...],
+                compute: Callable[[], _T]) -> _T:
+    answers = _ANSWERS.get()
+    if answers is None:
+        return compute()
+    key = (question, id(schedule), *moments)
+    known = answers.get(key)
+    if known is not None and known[0] is schedule:  # not a new object at a freed id
+        return known[1]  # type: ignore[no-any-return]
+    answer = compute()
+    answers[key] = (schedule, answer)
+    return answer
 
 
 # -- calendar schedules: from wall times to runs --------------------------------------
@@ -687,17 +726,20 @@ def _rrule_runs(schedule: rrule, moment: datetime, inclusive: bool) -> Iterator[
 
 @next_after.register
 def _rrule_next(schedule: rrule, after: datetime) -> datetime | None:
-    return next(_rrule_runs(schedule, after, inclusive=False), None)
+    return _remembered("next", schedule, (after,),
+                       lambda: next(_rrule_runs(schedule, after, inclusive=False), None))
 
 
 @first_due.register
 def _rrule_first(schedule: rrule, now: datetime) -> datetime | None:
-    return next(_rrule_runs(schedule, now, inclusive=True), None)
+    return _remembered("first", schedule, (now,),
+                       lambda: next(_rrule_runs(schedule, now, inclusive=True), None))
 
 
 @latest_slot.register
 def _rrule_latest(schedule: rrule, due: datetime, now: datetime) -> datetime:
-    return _calendar_latest(schedule, due, now)
+    return _remembered("latest", schedule, (due, now),
+                       lambda: _calendar_latest(schedule, due, now))
 
 
 @slots_between.register
@@ -723,7 +765,31 @@ def _rrule_count(schedule: rrule, first: datetime, last: datetime,
 _MONTH_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
-def _cron_days(cron: celery_schedules.crontab, first: date) -> Iterator[date]:
+class _CronFields(NamedTuple):
+    """A crontab's fields as the walk reads them, sorted once per crontab object."""
+
+    sources: tuple[Any, ...]  # the crontab's own sets these were read from
+    minutes: list[int]
+    hours: list[int]
+    days: list[int]
+    months: list[int]
+    weekdays: Any  # a set: 0 is Sunday
+
+
+def _cron_fields(cron: celery_schedules.crontab) -> _CronFields:
+    """The fields of ``cron``, kept on it (read again should a field be replaced)."""
+    sources = (cron.minute, cron.hour, cron.day_of_month, cron.month_of_year,
+               cron.day_of_week)
+    fields = cron.__dict__.get("_redbeat_fields")
+    if fields is None or any(a is not b for a, b in zip(fields.sources, sources,
+                                                        strict=True)):
+        fields = cron.__dict__["_redbeat_fields"] = _CronFields(
+            sources, sorted(cron.minute), sorted(cron.hour), sorted(cron.day_of_month),
+            sorted(cron.month_of_year), cron.day_of_week)
+    return fields
+
+
+def _cron_days(fields: _CronFields, first: date) -> Iterator[date]:
     """The days from ``first`` on that match month, day of month *and* weekday (Celery's
     rule, not cron's "day of month or weekday"), oldest first, up to the year 9999.
 
@@ -734,29 +800,29 @@ def _cron_days(cron: celery_schedules.crontab, first: date) -> Iterator[date]:
     given up on. One whose months have none of its days (February 30th) never runs:
     ScheduleBoundError, so it is refused on save and quarantined when written raw.
     """
-    months, days = sorted(cron.month_of_year), sorted(cron.day_of_month)
+    months, days = fields.months, fields.days
     if not any(days[0] <= _MONTH_DAYS[month] for month in months):
         raise ScheduleBoundError(
             f"crontab: no month of month_of_year {months} has a day of day_of_month "
             f"{days}: it never runs")
-    weekdays = cron.day_of_week
+    weekdays = fields.weekdays
     for year in range(first.year, MAXYEAR + 1):
-        for month in months:
-            if year == first.year and month < first.month:
-                continue
+        this_year = year == first.year
+        for month in months[bisect_left(months, first.month) if this_year else 0:]:
             length = calendar.monthrange(year, month)[1]
-            for number in days:
+            this_month = this_year and month == first.month
+            for number in days[bisect_left(days, first.day) if this_month else 0:]:
                 if number > length:
                     break
                 day = date(year, month, number)
-                if day >= first and day.isoweekday() % 7 in weekdays:
+                if day.isoweekday() % 7 in weekdays:
                     yield day
 
 
-def _cron_walls(cron: celery_schedules.crontab, earliest: datetime) -> Iterator[datetime]:
+def _cron_walls(fields: _CronFields, earliest: datetime) -> Iterator[datetime]:
     """The crontab's wall times from ``earliest`` (naive, whole minutes) on, in order."""
-    hours, minutes = sorted(cron.hour), sorted(cron.minute)
-    for day in _cron_days(cron, earliest.date()):
+    hours, minutes = fields.hours, fields.minutes
+    for day in _cron_days(fields, earliest.date()):
         first_day = day == earliest.date()
         for hour in hours[bisect_left(hours, earliest.hour) if first_day else 0:]:
             first_hour = first_day and hour == earliest.hour
@@ -771,8 +837,9 @@ def _cron_runs(cron: celery_schedules.crontab, zone: Any, after: datetime,
     placed by :func:`_placed` (at both occurrences of a repeated hour when the hour
     field is ``*``)."""
     after = utc(after)
-    runs = _placed(_cron_walls(cron, _earliest_wall(after, zone)), zone,
-                   both_folds=len(cron.hour) == 24)
+    fields = _cron_fields(cron)
+    runs = _placed(_cron_walls(fields, _earliest_wall(after, zone)), zone,
+                   both_folds=len(fields.hours) == 24)
     for run in runs:
         if run > after or inclusive and run == after:
             yield run
@@ -822,14 +889,16 @@ def cron_next(
 def _crontab_next(schedule: celery_schedules.crontab, after: datetime) -> datetime | None:
     if overrides_estimate(schedule, celery_schedules.crontab):
         return celery_next(schedule, after)
-    return cron_next(schedule, after, schedule.tz)
+    return _remembered("next", schedule, (after,),
+                       lambda: cron_next(schedule, after, schedule.tz))
 
 
 @first_due.register
 def _crontab_first(schedule: celery_schedules.crontab, now: datetime) -> datetime | None:
     if overrides_estimate(schedule, celery_schedules.crontab):
         return celery_first(schedule, now)
-    return cron_next(schedule, now, schedule.tz, inclusive=True)
+    return _remembered("first", schedule, (now,),
+                       lambda: cron_next(schedule, now, schedule.tz, inclusive=True))
 
 
 @slots_between.register
@@ -845,7 +914,8 @@ def _crontab_latest(schedule: celery_schedules.crontab, due: datetime,
                     now: datetime) -> datetime:
     if overrides_estimate(schedule, celery_schedules.crontab):
         return latest_slot.dispatch(object)(schedule, due, now)
-    return _calendar_latest(schedule, due, now)
+    return _remembered("latest", schedule, (due, now),
+                       lambda: _calendar_latest(schedule, due, now))
 
 
 # -- clocked (one-off) ---------------------------------------------------------------

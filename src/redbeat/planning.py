@@ -34,7 +34,7 @@ from .batch import Op, Row, definition_sha1
 from .entry_fields import InvalidEntry, meta_json
 from .keys import META, MISFIRES, PARKED_SCORE, QUARANTINE, RUN, KeyLayout
 from .nextrun import NextRun, following_run, from_score, next_run, score_of, to_score
-from .nexttime import count_slots, latest_slot, next_after
+from .nexttime import count_slots, latest_slot, next_after, remembering
 from .policy import COUNT_LIMIT, EntryPolicy, misfire_record
 from .runs import Flight, RunRecord, flight
 from .settings import DEFAULT_LOST_AFTER, ensure_conf
@@ -354,15 +354,17 @@ def plan_batch(
 ) -> Plan:
     plan = Plan()
     keys = ensure_conf(app).keys
-    for row in rows:
-        try:
-            plan_row(app, row, now, policy, plan, entry_class, keys)
-        except Exception as exc:
-            # Whatever an entry holds, it must not stop the others: quarantine it.
-            logger.exception("beat: Quarantined %s: planning it failed", printable(row.key))
-            reason = quarantine_reason(f"planning failed: {exc!r}", now, policy.node)
-            plan.ops.append(Op("quarantine", row.key, row.fingerprint, PARKED_SCORE,
-                           ((QUARANTINE, reason),)))
+    with remembering():  # entries on one schedule, due at one slot: worked out once
+        for row in rows:
+            try:
+                plan_row(app, row, now, policy, plan, entry_class, keys)
+            except Exception as exc:
+                # Whatever an entry holds, it must not stop the others: quarantine it.
+                logger.exception("beat: Quarantined %s: planning it failed",
+                                 printable(row.key))
+                reason = quarantine_reason(f"planning failed: {exc!r}", now, policy.node)
+                plan.ops.append(Op("quarantine", row.key, row.fingerprint, PARKED_SCORE,
+                                   ((QUARANTINE, reason),)))
     return plan
 
 
