@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from celery import Celery
 from kombu.exceptions import EncodeError, OperationalError
+from redis._parsers.base import BaseParser
 
 from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
@@ -116,14 +117,23 @@ def test_a_blocking_writer_costs_one_bounded_wait_then_its_late_send_is_not_repe
     dispatcher.close()
 
 
-@pytest.mark.parametrize("failure", [OperationalError("connection refused"),
-                                     ConnectionResetError(104, "reset by peer")])
-def test_a_failing_writer_leaves_the_slot_and_those_after_it_pending(app, failure):
+@pytest.mark.parametrize("failure", [
+    OperationalError("connection refused"),
+    ConnectionResetError(104, "reset by peer"),
+    BaseParser.parse_error("OOM command not allowed when used memory > 'maxmemory'."),
+    BaseParser.parse_error("READONLY You can't write against a read only replica."),
+], ids=["unreachable", "reset", "oom", "readonly"])
+def test_a_failing_writer_leaves_the_slot_and_those_after_it_pending(app, failure, caplog):
+    """The broker cannot take it now: held (not recorded as a failure), logged once for
+    the whole outage, tried again with the same task id when it answers."""
     writer = Writer()
     writer.failure = failure
     dispatcher = dispatcher_for(app, writer)
     sent = dispatcher.send(slots(app, "a", "b"), None, ONE_BY_ONE, 5.0)
     assert sent.done == [] and sent.broker_failed and writer.calls == ["a:1"]
+    assert dispatcher.send(slots(app, "a", "b"), None, ONE_BY_ONE, 5.0).done == []
+    assert caplog.text.count("cannot take it now") == 1
+    assert not store_for(app).client.exists(app.redbeat_conf.keys.failing)
     writer.failure = None  # back: the same slots go out, in order
     assert dispatcher.send(slots(app, "a", "b"), None, ONE_BY_ONE, 5.0).done == ["a:1", "b:1"]
     dispatcher.close()

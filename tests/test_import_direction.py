@@ -30,9 +30,9 @@ PURE_CORE = {"compat", "keys", "decoder", "schedules", "nexttime", "nextrun", "p
 BRIDGE = {"entry", "settings"}
 BRIDGE_REACHES = {"settings": set(),
                   "entry": {"store", "lock", "connection", "retry", "runtime"}}
-EDGES = {"store", "connection", "runtime", "schedulers", "dispatch", "manage", "browse", "cli",
-         "embedded", "lock", "retry", "health", "metrics", "publish", "web", "__main__",
-         "preflight", "migrate", "worker"}
+EDGES = {"store", "connection", "runtime", "schedulers", "dispatch", "broker_errors", "manage",
+         "browse", "cli", "embedded", "lock", "retry", "health", "metrics", "publish", "web",
+         "__main__", "preflight", "migrate", "worker"}
 #: Parts of beat the scheduler hands work to (the dispatcher publishes; compat decides
 #: which 2.4.2 hooks a class overrides): they get what they need from it when built, and
 #: never import it (nor anything that does), so each is tested on its own and the

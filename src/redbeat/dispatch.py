@@ -35,6 +35,7 @@ from kombu.common import ignore_errors
 from kombu.exceptions import OperationalError
 
 from . import publish
+from .broker_errors import DROP, HOLD, cause_of, verdict
 from .planning import Claim, PendingMessage, held_grace, printable, read_pending
 from .settings import AT_LEAST_ONCE, RedBeatConfig
 
@@ -225,11 +226,12 @@ class Dispatcher:
         if connection is not None and release:
             ignore_errors(connection, connection.release)
 
-    @property
-    def broker_errors(self) -> tuple[type[BaseException], ...]:
+    def verdict(self, error: BaseException) -> str:
+        """HOLD (the broker said "not now": the slot stays pending) or DROP (the
+        message itself is refused) for an error met publishing (broker_errors.py)."""
         if self._errors is None:
-            self._errors = (OperationalError, OSError, *self.connection.connection_errors)
-        return self._errors
+            self._errors = tuple(self.connection.connection_errors)
+        return verdict(cause_of(error), self._errors)
 
     def batched(self, path: str) -> bool:
         """Whether slots on ``path`` go out through the batched publish (publish.py):
@@ -388,9 +390,10 @@ class Dispatcher:
             remaining = self._drop_sent_late(remaining, done)
             if not remaining:
                 break
-            if batched and not self.broker_down:
-                unit, batch = self._build(remaining, drafts)
-            else:  # one by one, or a broker that was down tried with one slot first
+            if batched:  # a broker that was down is tried with one slot first
+                unit, batch = self._build(remaining[:1] if self.broker_down else remaining,
+                                          drafts)
+            else:
                 unit, batch = remaining[:1], None
             remaining = remaining[len(unit):]
             sent = self._try_send(unit, path, wait, announce, batch)
@@ -479,7 +482,7 @@ class Dispatcher:
             try:
                 self._ping_broker()
             except Exception as exc:
-                if not isinstance(exc, self.broker_errors):
+                if self.verdict(exc) == DROP:
                     raise
                 if not self.broker_down:
                     logger.error("beat: Broker unavailable (%s); %s", exc,
@@ -567,19 +570,25 @@ class Dispatcher:
             try:
                 refusals = self._write([message for _, message in ready])
             except Exception as exc:
-                if not isinstance(exc, self.broker_errors):
+                if self.verdict(exc) == DROP:
                     raise
                 self._broker_failed(f"{len(ready)} slots", exc)
                 return []
-            accepted = []
+            accepted, held = [], []
             for (entry, message), refusal in zip(ready, refusals, strict=True):
                 if refusal is None:
                     accepted.append(message)
+                elif self.verdict(refusal) == HOLD:
+                    held.append(refusal)
+                    continue  # not now: it stays pending, and the slots after it too
                 else:
                     self._refused(entry, message.task_id, refusal)
                 done.append(message.task_id)
             self.metrics.dispatched("sent", len(accepted))
             publish.published(accepted)
+            if held:
+                self._broker_failed(f"{len(held)} slots", held[0])
+                return done
         return done + self._send_slots(batch.alone)
 
     def _write(self, messages: list[publish.Outgoing]) -> list[BaseException | None]:
@@ -597,18 +606,24 @@ class Dispatcher:
             self.send_one(entry, task_id)
             self.metrics.dispatched("sent")
         except Exception as exc:
-            cause = exc.__context__ or exc  # Celery wraps the error in SchedulingError
-            if isinstance(cause, self.broker_errors):
-                self._broker_failed(task_id, cause)
+            if self.verdict(exc) == HOLD:
+                self._broker_failed(task_id, cause_of(exc))
                 return False
-            self._refused(entry, task_id, cause)
+            self._refused(entry, task_id, cause_of(exc))
         return True
 
     def _broker_failed(self, what: str, cause: BaseException) -> None:
+        """The broker could not take ``what`` now: logged once per outage (a broker
+        that answers "not now" to every send is pinged fine and would otherwise be
+        logged on every tick); it is then tried with one slot until it accepts."""
+        if self.broker_down:
+            return
+        self.broker_down = True
         lost = self.config.delivery != AT_LEAST_ONCE
-        logger.error("beat: Publishing %s failed, broker unavailable (%s); %s", what, cause,
+        logger.error("beat: Publishing %s failed, the broker cannot take it now (%s: %s); %s",
+                     what, type(cause).__name__, cause,
                      "at-most-once: this run is lost" if lost
-                     else "it stays pending and is retried")
+                     else "it stays pending and is re-sent when the broker accepts")
 
     def _refused(self, entry: RedBeatSchedulerEntry, task_id: str, cause: BaseException) -> None:
         logger.error("beat: Slot %s of %s cannot be published (%r); dropped",
