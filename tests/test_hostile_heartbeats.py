@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import make_app
 from redbeat import manage
 from redbeat.health import check
 from redbeat.heartbeat import Heartbeat
 from redbeat.settings import ensure_conf
-
-from conftest import make_app
 from support.processes import Cluster
 from support.redis_server import RedisServer, free_port
 from support.web import WebServer, fetch

@@ -46,6 +46,7 @@ from .nextrun import follows_app_zone, score_time
 from .nexttime import utc
 from .policy import EntryPolicy
 from .preflight import check_app
+from .redaction import redact
 from .retry import AUTH_ERRORS
 from .runtime import runtime_for, store_for
 from .schedule_text import (
@@ -920,7 +921,7 @@ def status_command(ctx: click.Context) -> None:
     """Who leads, how the schedule stands, and what needs attention."""
     app = _app(ctx)
     state = manage.status(app)
-    now = datetime.now(timezone.utc).timestamp()
+    now = state.server_time  # heartbeats are stamped on Redis's clock, not this host's
     if state.lock_holder:
         click.echo(f"leader:      {_shown(Holder.parse(state.lock_holder))} "
                    f"({expiry_words(state.lock_ttl_ms)})")

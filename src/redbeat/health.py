@@ -8,12 +8,12 @@ that is wedged, cut off from Redis, or gone, without talking to the process itse
 from __future__ import annotations
 
 import socket
-import time
 from dataclasses import dataclass
 
 from celery import Celery
 
 from .failures import failing_summary
+from .heartbeat import stale
 from .lock import NO_EXPIRY, Holder, expiry_words
 from .manage import QUARANTINE_SAMPLE, Status, status
 from .runtime import store_for
@@ -67,9 +67,10 @@ def check(app: Celery, host: str | None = None, pid: int | None = None,
     """Healthy when a scheduler on ``host`` (this machine by default; ``pid`` narrows it)
     ticked within ``max_age`` seconds and is the lock holder, or a standby while another
     node holds a live lock and ticks too. A healthy answer also says which entries
-    need attention (quarantined, failing)."""
-    now = time.time() if now is None else now
+    need attention (quarantined, failing). Ages are measured on Redis's clock (``now``
+    overrides it), so neither the probe's host clock nor a beat's can skew them."""
     state = status(app, now=now, upcoming=0)
+    now = state.server_time if now is None else now
     result = _beat_health(app, state, host or socket.gethostname(), pid, max_age, now)
     if not result.healthy:
         return result
@@ -89,9 +90,9 @@ def _beat_health(app: Celery, state: Status, host: str, pid: int | None,
         return Health(False, f"no scheduler heartbeat from {host}"
                              + (f" pid {pid}" if pid else ""))
     node, (role, at) = max(mine.items(), key=lambda item: item[1][1])
-    age = now - at
-    if age > max_age:
-        return Health(False, f"{Holder.parse(node)} last ticked {age:.1f}s ago (> {max_age}s)")
+    why = stale(at, now, max_age)
+    if why:
+        return Health(False, f"{Holder.parse(node)} {why}")
     if not config.lock_key:
         return Health(True, f"{Holder.parse(node)} ticking (locking disabled)")
     if state.lock_holder == node:
@@ -102,8 +103,8 @@ def _beat_health(app: Celery, state: Status, host: str, pid: int | None,
     if not state.lock_holder or state.lock_ttl_ms <= 0:
         return Health(False, f"{Holder.parse(node)} stands by but nobody holds the lock")
     leader_beat = state.nodes.get(state.lock_holder)
-    if leader_beat is not None and now - leader_beat[1] > max_age:
-        return Health(False, f"leader {Holder.parse(state.lock_holder)} last ticked "
-                             f"{now - leader_beat[1]:.1f}s ago")
+    why = stale(leader_beat[1], now, max_age) if leader_beat is not None else None
+    if why:
+        return Health(False, f"leader {Holder.parse(state.lock_holder)} {why}")
     return Health(True, f"{Holder.parse(node)} stands by; "
                         f"{Holder.parse(state.lock_holder)} leads")

@@ -15,6 +15,11 @@ from dataclasses import dataclass
 
 #: The roles tick.lua writes.
 ROLES = frozenset({"leader", "standby"})
+#: How far ahead of Redis's clock a heartbeat may be stamped (seconds) and still count:
+#: nodes stamp Redis's time (fleet_clock.py), give or take a round trip. One further
+#: ahead comes from a clock nobody corrected, and would look fresh for as long as it is
+#: ahead, however stuck its node is.
+FUTURE_SLACK = 2.0
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,17 @@ class Heartbeat:
         if not math.isfinite(seconds) or seconds <= 0:
             return None
         return cls(role, seconds)
+
+
+def stale(at: float, now: float, max_age: float) -> str | None:
+    """Why a heartbeat stamped ``at`` is no sign of life at ``now`` (Redis's clock), or
+    None when it is one: older than ``max_age``, or stamped in the future."""
+    if now - at > max_age:
+        return f"last ticked {now - at:.1f}s ago (> {max_age}s)"
+    if at - now > FUTURE_SLACK:
+        return (f"heartbeat stamped {at - now:.1f}s ahead of Redis's clock (a clock "
+                "ahead, whose node may be stuck)")
+    return None
 
 
 def readable_node(node: object) -> bool:

@@ -606,6 +606,9 @@ class Status:
     nodes: dict[str, tuple[str, float]]
     redis_version: str
     eviction_policy: str | None
+    #: Redis's clock when read (epoch seconds; the caller's ``now`` when it cannot be
+    #: read): what heartbeat ages are measured against, so no host's clock skews them
+    server_time: float
 
 
 def status(app: Celery, now: float | None = None, upcoming: int = 5,
@@ -639,6 +642,7 @@ def status(app: Celery, now: float | None = None, upcoming: int = 5,
         quarantined=quarantined, nodes=beats,
         redis_version=server.get("redis_version", "?") if isinstance(server, dict) else "?",
         eviction_policy=policy.get("maxmemory-policy") if isinstance(policy, dict) else None,
+        server_time=now if read["time"] is None else read["time"],
     )
 
 

@@ -171,9 +171,9 @@ class ScheduleCollector:
         yield _gauge("redbeat_lock_ttl_seconds", "Seconds until the lock expires unless "
                      "renewed", max(state.lock_ttl_ms, 0) / 1000)
         ages = GaugeMetricFamily("redbeat_node_heartbeat_age_seconds", "Seconds since each "
-                                 "beat's last tick", labels=["node", "role"])
+                                 "beat's last tick (on Redis's clock)", labels=["node", "role"])
         for node, (role, at) in sorted(state.nodes.items()):
-            ages.add_metric([node, role], max(now - at, 0.0))
+            ages.add_metric([node, role], max(state.server_time - at, 0.0))
         yield ages
 
 

@@ -17,8 +17,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis.exceptions
-
-from .redaction import redact
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -27,6 +25,8 @@ from tenacity import (
     stop_never,
     wait_exponential,
 )
+
+from .redaction import redact
 
 logger = logging.getLogger("celery.beat")
 

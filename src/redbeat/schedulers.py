@@ -54,10 +54,10 @@ from .entry import (
     meta_json,
     node_name,
 )
+from .fleet_clock import FleetClock
 from .keys import PARKED_SCORE, QUARANTINE
 from .lock import NO_EXPIRY, Holder, Lease, expiry_words
 from .nextrun import next_run, score_of
-from .redaction import redact
 from .planning import (
     Plan,
     TickSettings,
@@ -66,6 +66,7 @@ from .planning import (
     quarantine_reason,
 )
 from .preflight import check_app
+from .redaction import redact
 from .retry import RetryingConnection, is_auth_error
 from .runtime import CLIENT_ATTRIBUTE, get_redis, store_for
 from .settings import (
@@ -136,6 +137,8 @@ class RedBeatScheduler(Scheduler):
         lock_timeout: float | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        *,
+        fleet_clock: bool | None = None,
         **kwargs: Any,
     ) -> None:
         # Arguments override the settings in this scheduler's own checked copy of the
@@ -150,6 +153,10 @@ class RedBeatScheduler(Scheduler):
         except SettingError as exc:  # one line naming each bad setting, not a traceback
             raise SystemExit(f"beat: {exc}") from None
         self.clock = clock
+        #: This host's clock corrected to Redis's (fleet_clock.py); by default only when
+        #: the clock is the host's own, so a test that drives ``clock`` keeps its time
+        self.fleet_clock = FleetClock(clock is time.time if fleet_clock is None
+                                      else fleet_clock)
         #: Elapsed time for the lease and the broker (both injectable: tests drive them)
         self.monotonic = monotonic
         self.node_id = node_name()
@@ -239,7 +246,7 @@ class RedBeatScheduler(Scheduler):
             self._redis_down = True  # checked, and "Redis is back" logged, when it answers
             return
         try:
-            self.sync_statics(datetime.fromtimestamp(self.clock(), tz=timezone.utc),
+            self.sync_statics(datetime.fromtimestamp(self.now_ts(), tz=timezone.utc),
                               starting=True)
         except redis.exceptions.RedisError as exc:  # said once, as a tick would say it
             self._redis_unavailable(exc)
@@ -380,13 +387,34 @@ class RedBeatScheduler(Scheduler):
             self._check_server()
         return interval
 
+    def now_ts(self) -> float:
+        """The fleet's time: this host's clock corrected to Redis's."""
+        return self.fleet_clock.now(self.clock())
+
+    def _fetch(self, lease: Lease | None) -> tuple[Fetch | None, float]:
+        """The tick's read at the fleet's time, and that time; the read's round trip
+        measures this host's clock against Redis's. None for a read made before the
+        first measurement found a skew (possible only with locking disabled: taking the
+        lock reads nothing), to be made again at once."""
+        sent = self.clock()
+        now_ts = self.fleet_clock.now(sent)
+        fetch = self.store.fetch(now_ts, lease, self.config.batch_size, self.node_id)
+        first = not self.fleet_clock.measured
+        skew = self.fleet_clock.observe(sent, self.clock(), fetch.server_time)
+        if skew:
+            logger.warning("beat: %s", skew)
+            if first and fetch.status == "leader":
+                return None, now_ts
+        return fetch, now_ts
+
     def _tick(self) -> float:
-        now_ts = self.clock()
-        now = datetime.fromtimestamp(now_ts, tz=timezone.utc)
         lease = self._lease()
         if lease is not None:  # what the publishing thread measures the lease from
             lease.renewed(self.monotonic())
-        fetch = self.store.fetch(now_ts, lease, self.config.batch_size, self.node_id)
+        fetch, now_ts = self._fetch(lease)
+        if fetch is None:
+            return 0.0
+        now = datetime.fromtimestamp(now_ts, tz=timezone.utc)
         if fetch.status == "standby":
             return self._standby(fetch)
         if fetch.status == "acquired" or not self.leading:
@@ -649,7 +677,7 @@ class RedBeatScheduler(Scheduler):
         """The entries due now and the one due next, by name, as 2.4.2 lists them (read
         only; the tick is what runs them)."""
         entries = {}
-        for key in self.store.due_keys(self.clock(), PAGE):
+        for key in self.store.due_keys(self.now_ts(), PAGE):
             try:
                 entry = self.Entry.from_key(key, app=self.app)
             except (KeyError, InvalidEntry):

@@ -134,6 +134,8 @@ FetchStatus = Literal["leader", "acquired", "standby"]
 @dataclass
 class Fetch:
     status: FetchStatus
+    #: Redis's clock when tick.lua ran (epoch seconds): what the node's clock is set by
+    server_time: float
     holder: str | None = None
     holder_ttl_ms: int | None = None
     next_score: float | None = None
@@ -279,18 +281,19 @@ class ScheduleStore:
              self.keys.held_definitions],
             [repr(now), batch, token, timeout_ms, node_id],
         )
-        status, payload = reply
+        status, (server_time, *payload) = reply
         if status == "standby":
             holder, ttl = payload
-            return Fetch("standby", holder=holder, holder_ttl_ms=int(ttl))
+            return Fetch("standby", float(server_time), holder=holder, holder_ttl_ms=int(ttl))
         if status == "acquired":
-            return Fetch("acquired")
+            return Fetch("acquired", float(server_time))
         if status != "leader":
             raise ResponseError(f"tick.lua replied with the unknown status {status!r}")
         next_score, flat_pending, rows_json, flat_held, flat_policies = payload
         rows = [Row(key, float(score), *fields)
                 for key, score, *fields in json.loads(rows_json) or ()]
-        return Fetch("leader", next_score=None if next_score is None else float(next_score),
+        return Fetch("leader", float(server_time),
+                     next_score=None if next_score is None else float(next_score),
                      pending=pairs(flat_pending), rows=rows, held=pairs(flat_held),
                      policies=pairs(flat_policies))
 
@@ -681,7 +684,7 @@ class ScheduleStore:
         EVALSHA: a pipeline cannot reload a script the server lost, and this is no hot path."""
         keys = self.keys
         (holder, ttl, total, overdue, oldest, following, parked, waiting, parked_sample,
-         pending, nodes, server, policy) = self._pipelined(lambda pipe: (
+         pending, nodes, server, policy, clock) = self._pipelined(lambda pipe: (
             pipe.get(keys.lock), pipe.pttl(keys.lock), pipe.zcard(keys.schedule),
             pipe.zcount(keys.schedule, "(0", now),  # score 0: waiting, not overdue
             pipe.zrangebyscore(keys.schedule, "(0", now, start=0, num=1, withscores=True),
@@ -691,7 +694,8 @@ class ScheduleStore:
             pipe.zcount(keys.schedule, 0, 0),
             pipe.eval(load_script("parked_sample"), 1, keys.schedule, sample),
             pipe.hlen(keys.pending), pipe.hgetall(keys.nodes), pipe.info("server"),
-            pipe.config_get("maxmemory-policy"),  # an ACL may refuse these two: not fatal
+            pipe.config_get("maxmemory-policy"),  # an ACL may refuse these three: not fatal
+            pipe.time(),
         ), raise_on_error=False)
         _raise_error(holder, ttl, total, overdue, oldest, following, parked, waiting,
                      parked_sample, pending, nodes)
@@ -700,7 +704,8 @@ class ScheduleStore:
         return {"holder": holder, "ttl": ttl, "total": total, "overdue": overdue,
                 "oldest": oldest, "following": following, "parked": parked, "waiting": waiting,
                 "reasons": [(key, reason or None) for key, reason in reasons],
-                "pending": pending, "nodes": nodes, "server": server, "policy": policy}
+                "pending": pending, "nodes": nodes, "server": server, "policy": policy,
+                "time": clock[0] + clock[1] / 1e6 if isinstance(clock, tuple) else None}
 
     # -- ordered views (redbeat.browse, the web view) -------------------------------------
     # Every read here is bounded: a rank window or a score count is O(log N + window) in

@@ -112,9 +112,11 @@ class CeleryProcess:
     """One celery process (beat or worker) with its log in a file."""
 
     def __init__(self, directory: Path, name: str, args: list[str], conf: dict[str, Any],
-                 results_url: str, python: str | None = None) -> None:
+                 results_url: str, python: str | None = None,
+                 more_env: dict[str, str] | None = None) -> None:
         """``python``: another interpreter (celery-redbeat 2.4.2's), which then sees only
-        its own packages and the project dir, never this checkout's ``redbeat``."""
+        its own packages and the project dir, never this checkout's ``redbeat``.
+        ``more_env``: more environment (libfaketime's, for a host clock that is off)."""
         self.name = name
         self.log_path = directory / f"{name}.log"
         env = dict(os.environ)
@@ -124,6 +126,7 @@ class CeleryProcess:
             "BEATAPP_CONF": json.dumps(conf),
             "BEATAPP_RESULTS_URL": results_url,
             "PYTHONUNBUFFERED": "1",
+            **(more_env or {}),
         })
         with open(self.log_path, "w") as log:
             self.process = subprocess.Popen(
@@ -196,10 +199,11 @@ class Cluster:
         self.processes: list[CeleryProcess] = []
 
     def beat(self, name: str, python: str | None = None,
-             scheduler: str = "redbeat.RedBeatScheduler", **settings: Any) -> CeleryProcess:
+             scheduler: str = "redbeat.RedBeatScheduler", env: dict[str, str] | None = None,
+             **settings: Any) -> CeleryProcess:
         args = ["beat", "-S", scheduler, "-l", "info",
                 "-s", str(self.directory / f"{name}-schedule")]
-        return self._start(name, args, settings, python)
+        return self._start(name, args, settings, python, env)
 
     def worker(self, name: str = "worker", queues: str | None = None,
                concurrency: int = 1, **settings: Any) -> CeleryProcess:
@@ -216,9 +220,9 @@ class Cluster:
         return self._start(name, list(args), settings)
 
     def _start(self, name: str, args: list[str], settings: dict[str, Any],
-               python: str | None = None) -> CeleryProcess:
+               python: str | None = None, env: dict[str, str] | None = None) -> CeleryProcess:
         process = CeleryProcess(self.directory, name, args, {**self.conf, **settings},
-                                self.redis_url, python)
+                                self.redis_url, python, env)
         self.processes.append(process)
         return process
 

@@ -14,9 +14,11 @@
 -- ARGV[5] - this node's id in the nodes hash
 -- KEYS[5] - held definitions hash (sha1 -> the definition text pending records name)
 --
--- returns {'standby', holder, pttl} when another node holds the lock;
---         {'acquired'} when this call just took the lock (nothing read yet);
---         {'leader', next_score|false, pending, rows, held, policies} otherwise, where
+-- returns {'standby', now, holder, pttl} when another node holds the lock;
+--         {'acquired', now} when this call just took the lock (nothing read yet);
+--         {'leader', now, next_score|false, pending, rows, held, policies} otherwise,
+--           now being Redis's clock (TIME) as "<seconds>.<microseconds>": each node
+--           measures its own clock's skew from it, in the round trip it makes anyway, where
 --           pending = {task_id, message, ...} (at most about batch size of them, in
 --           hash order: the client orders them by due time),
 --           held = {sha1, definition, ...}, each definition those records name, once,
@@ -29,16 +31,18 @@
 --                  (cjson would round a number to 14 digits)
 --           (one bulk string parses far faster in the client than thousands of
 --           array elements; bytes that are not UTF-8 pass through cjson unchanged)
+local clock = redis.call('TIME')
+local now = clock[1] .. '.' .. string.format('%06d', tonumber(clock[2]))
 local token = ARGV[3]
 if token ~= '' then
   local holder = redis.call('GET', KEYS[2])
   if not holder then
     redis.call('SET', KEYS[2], token, 'PX', ARGV[4])
     redis.call('HSET', KEYS[4], ARGV[5], 'leader ' .. ARGV[1])
-    return {'acquired'}
+    return {'acquired', now}
   elseif holder ~= token then
     redis.call('HSET', KEYS[4], ARGV[5], 'standby ' .. ARGV[1])
-    return {'standby', holder, redis.call('PTTL', KEYS[2])}
+    return {'standby', now, holder, redis.call('PTTL', KEYS[2])}
   end
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
 end
@@ -94,4 +98,4 @@ if #upcoming > 0 then
   next_score = upcoming[2]
 end
 -- cjson writes an empty table as {}: the client reads that as no rows
-return {'leader', next_score, pending, cjson.encode(rows), held, policies}
+return {'leader', now, next_score, pending, cjson.encode(rows), held, policies}

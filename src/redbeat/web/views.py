@@ -20,12 +20,12 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
 from .. import browse, manage
-from ..redaction import redact
 from ..entry import InvalidEntry
 from ..failures import Failures, read_failures
 from ..keys import MISFIRES
 from ..lock import Holder, expiry_words
 from ..nextrun import score_time
+from ..redaction import redact
 from ..run_buckets import RUN_CAP
 from ..schedule_text import (
     as_options,
@@ -369,9 +369,8 @@ def nodes_page() -> str:
     context = _context()
     app = context.celery_app
     state = manage.status(app)
-    now = time.time()
     nodes = [{"node": str(Holder.parse(node)), "token": node, "role": role,
-              "age": f"{now - at:.1f}", "leader": node == state.lock_holder}
+              "age": f"{state.server_time - at:.1f}", "leader": node == state.lock_holder}
              for node, (role, at) in sorted(state.nodes.items())]
     held_count, held = browse.held_slots(app)
     config = ensure_conf(app)
