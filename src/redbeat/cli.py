@@ -46,7 +46,6 @@ from .nextrun import follows_app_zone, score_time
 from .nexttime import utc
 from .policy import EntryPolicy
 from .preflight import check_app
-from .redaction import redact
 from .retry import AUTH_ERRORS
 from .runtime import runtime_for, store_for
 from .schedule_text import (

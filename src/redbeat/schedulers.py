@@ -396,6 +396,8 @@ class RedBeatScheduler(Scheduler):
         measures this host's clock against Redis's. None for a read made before the
         first measurement found a skew (possible only with locking disabled: taking the
         lock reads nothing), to be made again at once."""
+        if lease is not None:  # what the publishing thread measures the lease from
+            lease.renewed(self.monotonic())
         sent = self.clock()
         now_ts = self.fleet_clock.now(sent)
         fetch = self.store.fetch(now_ts, lease, self.config.batch_size, self.node_id)
@@ -409,8 +411,6 @@ class RedBeatScheduler(Scheduler):
 
     def _tick(self) -> float:
         lease = self._lease()
-        if lease is not None:  # what the publishing thread measures the lease from
-            lease.renewed(self.monotonic())
         fetch, now_ts = self._fetch(lease)
         if fetch is None:
             return 0.0
