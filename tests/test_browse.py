@@ -23,7 +23,8 @@ SCHEDULE, FAILING = KEYS.schedule, KEYS.failing
 @pytest.mark.parametrize(("query", "expected"), [
     (Query(), [Segment(SCHEDULE, 3, 10), Segment(SCHEDULE, 0, 3)]),  # parked last
     (Query(state="enabled"), [Segment(SCHEDULE, 3, 10)]),
-    (Query(state="disabled"), [Segment(SCHEDULE, 0, 3)]),
+    (Query(state="disabled"), [Segment(SCHEDULE, 0, 3), Segment(SCHEDULE, 3, 10)]),
+    (Query(state="quarantined"), [Segment(SCHEDULE, 0, 3), Segment(SCHEDULE, 3, 10)]),
     (Query(state="finished", name="x"), [Segment(SCHEDULE, 0, 3)]),
     (Query(state="failing"), [Segment(FAILING, 0, 10, reverse=True)]),
     (Query(order="name"), [Segment(KEYS.view_by_name, 0, 10)]),
@@ -112,3 +113,51 @@ def test_a_name_search_is_matched_in_redis_in_every_order(redis_server: Any) -> 
         assert page.next_start is None and not page.budget_spent  # all read in one page
     by_name = browse.read_page(app, Query(order="name", name="job-01234"))
     assert [info.name for info in by_name.rows] == wanted
+
+
+@pytest.mark.redis_server
+def test_the_cli_and_the_web_list_the_same_entries_for_each_state(redis_server):
+    """One engine: `redbeat list --state S` and the web view's state filter find the
+    same entries, an entry disabled or broken by another client before the leader
+    parked it (still at its score) included."""
+    import json as json_module
+
+    from click.testing import CliRunner
+
+    from redbeat import RedBeatSchedulerEntry
+    from redbeat.cli import main
+
+    app = make_app(redis_server.url)
+    client = redis_server.client()
+    now = time.time()
+    for number in range(12):
+        RedBeatSchedulerEntry(f"e{number:02d}", "tasks.t", 60.0 + number, app=app,
+                              enabled=number % 4 != 0).save()
+    # written by another client and not yet read by a leader: still at a future score
+    client.hset("redbeat:broken", "definition", "{not json")
+    client.zadd("redbeat::schedule", {"redbeat:broken": now + 30})
+    RedBeatSchedulerEntry("paused-late", "tasks.t", 60.0, app=app).save()
+    client.hset("redbeat:paused-late", "definition", client.hget(
+        "redbeat:paused-late", "definition").replace('"enabled": true', '"enabled": false'))
+    RedBeatSchedulerEntry("done", "tasks.t", 60.0, app=app).save()
+    client.zadd("redbeat::schedule", {"redbeat:done": -1})  # parked as a finished entry
+    runner = CliRunner()
+    for state in browse.STATES:
+        web = [info.name for info in browse.read_page(app, Query(state=state, size=100)).rows]
+        listed = runner.invoke(main, ["--url", redis_server.url, "list", "--json",
+                                      "--state", state])
+        cli = [json_module.loads(line)["name"] for line in listed.stdout.splitlines()]
+        assert cli == web, state
+    assert set(cli_names(runner, redis_server.url, "disabled")) == {
+        "e00", "e04", "e08", "paused-late"}
+    assert cli_names(runner, redis_server.url, "quarantined") == ["broken"]
+    assert cli_names(runner, redis_server.url, "finished") == ["done"]
+
+
+def cli_names(runner, url: str, state: str) -> list[str]:
+    import json as json_module
+
+    from redbeat.cli import main
+
+    listed = runner.invoke(main, ["--url", url, "list", "--json", "--state", state])
+    return [json_module.loads(line)["name"] for line in listed.stdout.splitlines()]

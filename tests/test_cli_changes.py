@@ -15,11 +15,12 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry, legacy
+from redbeat.cli import main
 from redbeat.guards import static_message, statics_among, task_problem
-from redbeat.manage import select_entries
 from redbeat.schedule_text import as_options, parse_cron, parse_every, parse_rrule, parse_time
 from redbeat.schedules import clocked
 
@@ -236,7 +237,11 @@ def test_list_pages_sorts_and_filters(redis_server, thirty):
     assert names("--sort", "name", "--limit", "3", "--offset", "1") == ["e01", "e02", "e03"]
     assert names("--sort", "last", "--limit", "2") == ["e29", "e28"]
     assert names("--task", "tasks.odd", "--limit", "3") == ["e01", "e05", "e07"]
-    assert names("--task", "tasks.e*", "--offset", "14") == ["e28"]
+    # --offset is a position in the order: with a filter, the one the last page printed
+    first = redbeat(url, "list", "--json", "--task", "tasks.e*", "--limit", "13")
+    assert len(first.stdout.splitlines()) == 13
+    assert "--offset 24 for the next page" in first.stderr  # after e24 (e03 parked last)
+    assert names("--task", "tasks.e*", "--offset", "24") == ["e26", "e28"]
     assert names("--task", "tasks.o*", "--state", "disabled") == ["e03"]
     table = redbeat(url, "list", "--limit", "2").stdout.splitlines()
     assert len(table) == 3 and table[1].startswith("e00")
@@ -245,7 +250,6 @@ def test_list_pages_sorts_and_filters(redis_server, thirty):
 def test_a_page_by_next_run_reads_only_its_own_entries(redis_server):
     """Counted by the server itself: a page of 10 at offset 500 of 1000 entries reads
     11 hashes (one more: is there a next page), whatever the offset."""
-    app = make_app(redis_server.url)
     client = redis_server.client()
     with client.pipeline() as pipe:
         for number in range(1000):
@@ -256,11 +260,13 @@ def test_a_page_by_next_run_reads_only_its_own_entries(redis_server):
             pipe.zadd("redbeat::schedule", {key: 2_000_000_000 + number})
         pipe.execute()
     client.config_resetstat()
-    selection = select_entries(app, offset=500, limit=10)
-    assert [info.name for info in selection.entries] == [f"n{n:04d}" for n in range(500, 510)]
-    assert selection.more
+    result = CliRunner().invoke(main, ["--url", redis_server.url, "list", "--json",
+                                       "--offset", "500", "--limit", "10"])
+    assert [json.loads(line)["name"] for line in result.stdout.splitlines()] == [
+        f"n{n:04d}" for n in range(500, 510)]
+    assert "--offset 510 for the next page" in result.stderr
     stats = client.info("commandstats")
-    assert stats["cmdstat_hgetall"]["calls"] == 11
+    assert stats["cmdstat_hmget"]["calls"] == 11
 
 
 # -- 5. import and export summaries ---------------------------------------------------------

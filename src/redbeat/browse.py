@@ -1,5 +1,7 @@
 """Pages of entries in a chosen order, each read in a bounded number of round trips
-whatever the schedule's size: what the web view shows.
+whatever the schedule's size: the one listing engine, behind the web view, ``redbeat
+list`` and Python (:func:`read_page` for one page, :func:`iter_matches` for every match
+from a position on).
 
 An order is a sorted set Redis keeps ordered: the schedule itself for "next run", and a
 short-lived copy of its members for "name" and "last run" (rebuilt at most every
@@ -8,7 +10,8 @@ short-lived copy of its members for "name" and "last run" (rebuilt at most every
 position in them: a rank window costs O(log N + page) in Redis. Filters the order
 cannot answer (a state, a task, a name) read members a chunk at a time and keep those
 that pass, stopping at a full page or after ``BUDGET`` members, and say where to resume:
-a page never reads the whole schedule, however rare its matches.
+a page never reads the whole schedule, however rare its matches. A position is a place
+in the order, not a count of matches, so a page is resumed from where the last stopped.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone, tzinfo
+from fnmatch import fnmatchcase
 from typing import Any
 
 from celery import Celery
@@ -33,7 +37,11 @@ from .settings import ensure_conf
 from .store import ScheduleStore
 
 ORDERS = {"next": "next run", "name": "name", "last": "last run"}
+#: The states a listing filters on (``EntryInfo.shown_state``); ``unscheduled`` (a
+#: member gone from the schedule while a name or last-run order still holds it) is
+#: filtered on by the CLI only.
 STATES = ("enabled", "disabled", "quarantined", "finished", "failing")
+ALL_STATES = (*STATES, "unscheduled")
 PAGE_SIZE = 50
 #: Members read per round trip while a filter looks for matches, and how many a page
 #: examines at most before it stops and offers to go on: a state or task filter reads
@@ -53,6 +61,10 @@ class Query:
     #: of the task (case-insensitive)
     name: str = ""
     task: str = ""
+    #: glob patterns (fnmatch, case-sensitive), the CLI's ``--pattern`` (matched on the
+    #: names before any entry is read) and ``--task``
+    pattern: str = ""
+    task_pattern: str = ""
     #: only entries whose next run is in [due_from, due_to) (a bar of the timeline)
     due_from: float | None = None
     due_to: float | None = None
@@ -65,7 +77,8 @@ class Query:
 
     @property
     def filtered(self) -> bool:
-        return bool(self.state or self.name or self.task or self.runs_band)
+        return bool(self.state or self.name or self.task or self.pattern or self.task_pattern
+                    or self.runs_band)
 
     @property
     def runs_band(self) -> bool:
@@ -74,7 +87,7 @@ class Query:
     @property
     def reads_entries(self) -> bool:
         """Whether the filter needs each member's entry (not only its name)."""
-        return bool(self.state or self.task or self.runs_band)
+        return bool(self.state or self.task or self.task_pattern or self.runs_band)
 
     @property
     def chunk_and_budget(self) -> tuple[int, int]:
@@ -83,11 +96,18 @@ class Query:
         return NAME_CHUNK, NAME_BUDGET
 
     def passes(self, info: EntryInfo) -> bool:
+        """Whether the entry passes the filters read from its hash (the name filters
+        were applied before it was read)."""
         if self.state and info.shown_state != self.state:
             return False
-        if self.task:
+        if self.task or self.task_pattern:
             task = info.entry.task if info.entry is not None else None
-            return task is not None and self.task.casefold() in str(task).casefold()
+            if task is None:
+                return False
+            if self.task and self.task.casefold() not in str(task).casefold():
+                return False
+            if self.task_pattern and not fnmatchcase(str(task), self.task_pattern):
+                return False
         return True
 
 
@@ -130,10 +150,15 @@ def segments(query: Query, keys: KeyLayout, total: int, parked: int,
         return [Segment(keys.view_by_last_run, 0, total, reverse=True)]
     scheduled, held_back = Segment(keys.schedule, parked, total), Segment(keys.schedule, 0,
                                                                           parked)
-    if query.state in ("disabled", "quarantined", "finished"):
+    # where each state can be: finished and enabled by definition (a score below 0, or
+    # not); disabled and quarantined mostly parked, but an entry disabled or broken by
+    # another client waits with its score until the leader parks it: read second
+    if query.state == "finished":
         return [held_back]
     if query.state == "enabled":
         return [scheduled]
+    if query.state in ("disabled", "quarantined"):
+        return [held_back, scheduled]
     return [scheduled, held_back]
 
 
@@ -159,6 +184,8 @@ class Page:
     #: seconds since the order was built (None: the schedule itself, always current)
     view_age: float | None = None
     notes: list[str] = field(default_factory=list)
+    #: for each row, the position just after it in the order (where to resume)
+    ends: list[int] = field(default_factory=list)
 
 
 def last_run_score(key: str, meta: str | None) -> float:
@@ -235,6 +262,20 @@ def read_page(app: Celery, query: Query, now: float | None = None) -> Page:
     return page
 
 
+def iter_matches(app: Celery, query: Query, now: float | None = None
+                 ) -> Iterator[tuple[EntryInfo, int]]:
+    """Every entry matching ``query`` from its ``start`` on, in its order, each with the
+    position just after it (where a listing that stops there resumes): pages of
+    ``query.size`` read one after another, a page that stopped at its budget resumed,
+    so memory is bounded by one page whatever the number of matches."""
+    while True:
+        page = read_page(app, query, now)
+        yield from zip(page.rows, page.ends, strict=True)
+        if page.next_start is None:
+            return
+        query = replace(query, start=page.next_start)
+
+
 def _candidates(store: ScheduleStore, query: Query, part: Segment, low: int, high: int,
                 base: int) -> list[tuple[int, str]]:
     """The members of ranks ``low`` .. ``high`` of ``part`` worth reading, with their
@@ -245,6 +286,9 @@ def _candidates(store: ScheduleStore, query: Query, part: Segment, low: int, hig
     else:
         ranked = [(rank, member) for rank, (member, _) in enumerate(
             store.window(part.index, low, high), low)]
+    if query.pattern:
+        ranked = [(rank, member) for rank, member in ranked
+                  if fnmatchcase(store.keys.name_of(member), query.pattern)]
     at = (lambda rank: base + part.high - 1 - rank) if part.reverse else (
         lambda rank: base + rank - part.low)
     return sorted((at(rank), member) for rank, member in ranked)
@@ -266,6 +310,7 @@ def _take(app: Celery, store: ScheduleStore, keys: KeyLayout, query: Query, page
         if query.passes(info) and (not query.runs_band or has_run(
                 info, query.due_from or 0.0, query.due_to or 0.0, now)):
             page.rows.append(info)
+            page.ends.append(at + 1)
             if len(page.rows) == query.size:
                 page.examined += at - position + 1
                 return at + 1
@@ -513,7 +558,7 @@ def minute_label(moment: float, zone: tzinfo) -> str:
     return datetime.fromtimestamp(moment, tz=zone).strftime("%H:%M")
 
 
-__all__ = ["BUDGET", "NAME_BUDGET", "ORDERS", "PAGE_SIZE", "STATES", "TIMELINE_BUDGET",
-           "Bucket", "HeldSlot", "Page", "Query", "Segment", "Timeline", "compute_timeline",
-           "evaluation_zone", "has_run", "held_slots", "last_run_score", "locate",
-           "next_runs", "read_page", "segments", "timeline"]
+__all__ = ["ALL_STATES", "BUDGET", "NAME_BUDGET", "ORDERS", "PAGE_SIZE", "STATES",
+           "TIMELINE_BUDGET", "Bucket", "HeldSlot", "Page", "Query", "Segment", "Timeline",
+           "compute_timeline", "evaluation_zone", "has_run", "held_slots", "iter_matches",
+           "last_run_score", "locate", "next_runs", "read_page", "segments", "timeline"]

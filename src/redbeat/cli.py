@@ -30,7 +30,7 @@ import click
 import redis.exceptions
 from celery import Celery
 
-from . import __version__, guards, health, legacy, manage, migrate
+from . import __version__, browse, guards, health, legacy, manage, migrate
 from .connection import OWN_OPTIONS
 from .redaction import redact
 from .entry import (
@@ -240,14 +240,6 @@ def _when(moment: datetime | None, zone: tzinfo) -> str:
         return moment.isoformat()
 
 
-def _table(rows: list[list[str]], headers: list[str]) -> str:
-    rows = [[_shown(cell) for cell in row] for row in rows]
-    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-             for row in [headers, *rows]]
-    return "\n".join(line.rstrip() for line in lines)
-
-
 def _last_run(entry: RedBeatSchedulerEntry | None) -> datetime | None:
     """When it last ran; None for an entry that has not run yet, whose ``last_run_at``
     is only the moment it was created (what its first run counts from)."""
@@ -320,47 +312,82 @@ def main(ctx: click.Context, url: str | None, prefix: str | None, zone: str | No
 @click.option("--pattern", default=None, help="Only names matching this glob.")
 @click.option("--task", "task_pattern", default=None,
               help="Only entries whose task name matches this glob.")
-@click.option("--state", type=click.Choice(["enabled", "failing", "disabled", "quarantined",
-                                            "finished", "unscheduled"]), default=None,
+@click.option("--state", type=click.Choice(browse.ALL_STATES), default=None,
               help="Only entries in this state.")
-@click.option("--sort", type=click.Choice(manage.SORTS), default="next", show_default=True,
+@click.option("--sort", type=click.Choice(list(browse.ORDERS)), default="next",
+              show_default=True,
               help="By next run (parked entries last), name, or last run (newest first).")
 @click.option("--limit", type=click.IntRange(min=1, max=MAX_PAGE), default=None,
               help="At most this many entries (default: all).")
 @click.option("--offset", type=click.IntRange(min=0, max=MAX_PAGE), default=0,
-              help="Skip this many matching entries first (the next page: --offset + --limit).")
+              help="Start at this position of the order (the next page's is printed on "
+                   "standard error).")
 @click.pass_context
 @command
 def list_command(ctx: click.Context, as_json: bool, pattern: str | None,
                  task_pattern: str | None, state: str | None, sort: str, limit: int | None,
                  offset: int) -> None:
     """Entries: name, task, schedule, next and last run, runs (and failed ones), state
-    (failing: the last dispatch was refused). By next run without filters, a page reads
-    only its own entries."""
-    from fnmatch import fnmatchcase
-
-    def keep(info: manage.EntryInfo) -> bool:
-        task = info.entry.task if info.entry is not None else None
-        return ((state is None or _state(info) == state)
-                and (task_pattern is None or (task is not None
-                                              and fnmatchcase(task, task_pattern))))
-
-    selection = manage.select_entries(
-        _app(ctx), sort=sort, offset=offset, limit=limit,
-        name_matches=(lambda name: fnmatchcase(name, pattern)) if pattern else None,
-        keep=keep if state or task_pattern else None)
+    (failing: the last dispatch was refused). Read a page at a time through the same
+    engine as the web view, so memory stays bounded and each page costs the same
+    whatever the schedule's size."""
+    query = browse.Query(order=sort, state=state or "", pattern=pattern or "",
+                         task_pattern=task_pattern or "", start=offset,
+                         size=min(limit + 1 if limit else LIST_PAGE, LIST_PAGE))
     zone = _session(ctx).shown_zone
-    if as_json:
-        for info in selection.entries:
+    table = _StreamedTable(["NAME", "TASK", "SCHEDULE", "NEXT RUN", "LAST RUN", "RUNS",
+                            "STATE"])
+    shown, resume = 0, offset  # type: int, int | None
+    for info, after in browse.iter_matches(_app(ctx), query):
+        if limit is not None and shown == limit:
+            break  # one more matches (read with the page): resume after the last shown
+        if as_json:
             click.echo(json.dumps(_info_json(info)))
-    elif selection.entries:
-        click.echo(_table([_row(info, zone) for info in selection.entries],
-                          ["NAME", "TASK", "SCHEDULE", "NEXT RUN", "LAST RUN", "RUNS", "STATE"]))
+        else:
+            table.add(_row(info, zone))
+        shown, resume = shown + 1, after
     else:
+        resume = None
+    if shown and not as_json:
+        table.flush()
+    if not shown and not as_json:
         click.echo("no entries")
-    if selection.more:
-        click.echo(f"more entries match: --offset {offset + (limit or 0)} for the next page",
-                   err=True)
+    if resume is not None:
+        click.echo(f"more entries match: --offset {resume} for the next page", err=True)
+
+
+#: Entries a `list` page reads per round trip of hashes.
+LIST_PAGE = 500
+
+
+class _StreamedTable:
+    """A table printed as it is read: the first ``LIST_PAGE`` rows are held so the
+    columns fit them, later rows are printed at once, widening a column only for a
+    cell that does not fit. Memory stays at one page whatever the listing's length."""
+
+    def __init__(self, headers: list[str]) -> None:
+        self.widths = [len(header) for header in headers]
+        self.held: list[list[str]] | None = [headers]
+
+    def add(self, row: list[str]) -> None:
+        cells = [_shown(cell) for cell in row]
+        self.widths = [max(width, len(cell)) for width, cell in zip(self.widths, cells,
+                                                                    strict=True)]
+        if self.held is None:
+            click.echo(self._format(cells))
+            return
+        self.held.append(cells)
+        if len(self.held) > LIST_PAGE:
+            self.flush()
+
+    def flush(self) -> None:
+        for cells in self.held or ():
+            click.echo(self._format(cells))
+        self.held = None
+
+    def _format(self, cells: list[str]) -> str:
+        return "  ".join(cell.ljust(width) for cell, width in zip(cells, self.widths,
+                                                                  strict=True)).rstrip()
 
 
 def _row(info: manage.EntryInfo, zone: tzinfo) -> list[str]:

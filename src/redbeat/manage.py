@@ -98,7 +98,7 @@ class EntryInfo:
             return "disabled"
         if self.score is None:
             return "unscheduled"
-        if self.score == PARKED_SCORE:
+        if self.score < 0:  # parked: the tick reads no member below 0
             return "finished"
         return "enabled"
 
@@ -184,98 +184,6 @@ def iter_entries(app: Celery, page: int = PAGE) -> Iterator[EntryInfo]:
 
 def list_entries(app: Celery) -> list[EntryInfo]:
     return list(iter_entries(app))
-
-
-SORTS = ("next", "name", "last")
-
-
-@dataclass
-class Selection:
-    """One page of a listing, and whether more entries match after it."""
-
-    entries: list[EntryInfo]
-    more: bool
-
-
-def select_entries(app: Celery, sort: str = "next", offset: int = 0, limit: int | None = None,
-                   name_matches: Callable[[str], bool] | None = None,
-                   keep: Callable[[EntryInfo], bool] | None = None) -> Selection:
-    """A page of the entries ``name_matches`` (on the name alone, before any hash is
-    read) and ``keep`` (on the whole entry) accept, sorted by next run (scheduled
-    entries first, then the parked ones), name, or last run (newest first).
-
-    Reads are bounded by the page wherever the order allows: by next run without
-    ``keep``, only the page's hashes are read (the offset is a position in the sorted
-    set); with ``keep``, hashes are read in pages until the page is full. By name,
-    every member is read (names only), then hashes in pages. By last run, every entry
-    has to be read: the last run lives in each entry's hash."""
-    store = store_for(app)
-    statics = store.static_names()
-    # without filters, by next run, the offset is a position in the sorted set: skipped
-    # in Redis, not read
-    positional = keep is None and name_matches is None and sort == "next"
-    skip = offset if positional else 0
-    wanted = None if limit is None else offset - skip + limit + 1  # one more: a next page?
-    if sort == "last":
-        matched = [info for info in iter_entries(app)
-                   if (name_matches is None or name_matches(info.name))
-                   and (keep is None or keep(info))]
-        matched.sort(key=_last_run_order)
-    else:
-        keys = ensure_conf(app).keys
-        size = min(PAGE, wanted) if positional and wanted is not None else PAGE
-        members = (_due_order(store, skip, size) if sort == "next"
-                   else iter(sorted(store.all_members(),
-                                    key=lambda member: keys.name_of(member[0]))))
-        matched = []
-        for chunk in _chunks(members, size):
-            if name_matches is not None:
-                chunk = [m for m in chunk if name_matches(keys.name_of(m[0]))]
-            if keep is None and wanted is not None:
-                chunk = chunk[:wanted - len(matched)]  # every one read is kept: no more
-            for key, score, fields in store.with_hashes(chunk):
-                if not fields and score == PARKED_SCORE:
-                    continue  # a finished entry whose ttl ran out
-                info = entry_info(app, key, score, fields, statics)
-                if keep is None or keep(info):
-                    matched.append(info)
-            if wanted is not None and len(matched) >= wanted:
-                break
-    first = offset - skip
-    end = None if limit is None else first + limit
-    return Selection(matched[first:end], wanted is not None and len(matched) >= wanted)
-
-
-def _last_run_order(info: EntryInfo) -> tuple[int, float]:
-    entry = info.entry
-    if entry is None or not entry.total_run_count or entry.last_run_at is None:
-        return (1, 0.0)  # never ran: after every entry that did
-    return (0, -entry.last_run_at.timestamp())
-
-
-def _due_order(store: ScheduleStore, skip: int, size: int) -> Iterator[tuple[str, float]]:
-    """Members from position ``skip`` of: the scheduled ones by score, then the parked."""
-    scheduled = store.count_scheduled()
-    for parked, start in ((False, skip), (True, max(0, skip - scheduled))):
-        if not parked and skip >= scheduled:
-            continue
-        while True:
-            members = store.members(start, size, parked)
-            yield from members
-            if len(members) < size:
-                break
-            start += size
-
-
-def _chunks(items: Iterator[tuple[str, float]], size: int) -> Iterator[list[tuple[str, float]]]:
-    chunk: list[tuple[str, float]] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def _read_entry(app: Celery, name: str) -> EntryInfo:
@@ -647,8 +555,8 @@ def status(app: Celery, now: float | None = None, upcoming: int = 5,
 
 
 __all__ = [
-    "EntryInfo", "EntryNotFound", "ImportPlan", "InvalidEntry", "Release", "Selection",
+    "EntryInfo", "EntryNotFound", "ImportPlan", "InvalidEntry", "Release",
     "delete_entry", "quarantined_entries", "release_quarantined",
     "due_entries", "edit_entry", "entry_info", "export_entries", "get_entry", "import_entries",
-    "iter_entries", "list_entries", "run_now", "select_entries", "set_enabled", "status",
+    "iter_entries", "list_entries", "run_now", "set_enabled", "status",
 ]
