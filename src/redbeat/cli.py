@@ -32,7 +32,6 @@ from celery import Celery
 
 from . import __version__, browse, guards, health, legacy, manage, migrate
 from .connection import OWN_OPTIONS
-from .redaction import redact
 from .entry import (
     EntryNotFound,
     InvalidEntry,
@@ -46,6 +45,7 @@ from .nextrun import follows_app_zone, score_time
 from .nexttime import utc
 from .policy import EntryPolicy
 from .preflight import check_app
+from .redaction import redact
 from .retry import AUTH_ERRORS
 from .runtime import runtime_for, store_for
 from .schedule_text import (
