@@ -1,6 +1,11 @@
-"""docs/django.md, built and run: its files make a Django project whose views create and
-delete entries on a real Redis, which `celery -A proj redbeat` (reading the same Django
-settings through namespace="CELERY") lists, and whose task names it checks."""
+"""docs/django.md, built and run as written: its files make a Django project whose views
+create and delete entries on a real Redis, which `celery -A proj redbeat` (reading the
+same Django settings through namespace="CELERY") lists, and whose task names it checks;
+the page's own `celery -A proj beat` and `celery -A proj worker` commands run an entry.
+
+Every process is a fresh one started the way the page says, with no setting of the
+test's own: no DJANGO_SETTINGS_MODULE (the page's proj/celery.py sets it), only the two
+URLs the page's settings read from the environment (SCHEDULE_URL, BROKER_URL)."""
 
 from __future__ import annotations
 
@@ -12,11 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from support.waiting import wait_until
+
 DOC = Path(__file__).parent.parent / "docs" / "django.md"
 FILE_BLOCK = re.compile(r"<!-- file: (\S+) -->\n```python\n(.*?)```", re.S)
 
 CLIENT = """
-import json, django
+import django
+import proj  # as manage.py would, the page's project names its settings
 django.setup()
 from django.test import Client
 client = Client()
@@ -35,11 +43,20 @@ def project(redis_server, tmp_path):
     for name, text in files:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CELERY_", "REDBEAT_"))}
-    env.update(DJANGO_SETTINGS_MODULE="proj.settings", SCHEDULE_URL=redis_server.url,
-               BROKER_URL="memory://", PYTHONPATH=f"{tmp_path}{os.pathsep}"
-               f"{env.get('PYTHONPATH', '')}")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("CELERY_", "REDBEAT_", "DJANGO_"))}
+    broker = redis_server.url.rsplit("/", 1)[0] + "/1"  # the broker in another database
+    env.update(SCHEDULE_URL=redis_server.url, BROKER_URL=broker,
+               PYTHONPATH=f"{tmp_path}{os.pathsep}{env.get('PYTHONPATH', '')}")
     return tmp_path, env
+
+
+def shell_commands() -> list[list[str]]:
+    """The page's ``sh`` block, one command per line (comments dropped)."""
+    block = re.search(r"```sh\n(.*?)```", DOC.read_text(), re.S)
+    assert block, "docs/django.md has no sh block"
+    return [line.split("#")[0].split() for line in block.group(1).splitlines()
+            if line.split("#")[0].strip()]
 
 
 def test_the_django_page_works(project, redis_server):
@@ -68,4 +85,48 @@ def test_the_django_page_works(project, redis_server):
         (directory / "proj" / "settings.py").read_text() + "CELERY_REDBEAT_REDIS_ULR = 'x'\n")
     warned = run("-m", "celery", "-A", "proj", "redbeat", "list")
     assert "unknown setting CELERY_REDBEAT_REDIS_ULR is ignored; did you mean " \
-           "redbeat_redis_url?" in warned.stderr, warned.stderr
+           "CELERY_REDBEAT_REDIS_URL?" in warned.stderr, warned.stderr
+
+
+def test_the_pages_beat_and_worker_run_an_entry(project, redis_server):
+    """``celery -A proj beat -S redbeat.RedBeatScheduler`` and ``celery -A proj worker``
+    as the page writes them, in fresh processes: beat leads and writes the page's
+    static entry, and a run asked with ``redbeat run-now`` reaches the worker."""
+    directory, env = project
+    commands = shell_commands()
+    beat_argv = next(argv for argv in commands if "beat" in argv)
+    worker_argv = next(argv for argv in commands if "worker" in argv)
+    assert beat_argv[:3] == ["celery", "-A", "proj"] and worker_argv[:3] == beat_argv[:3]
+    logs = {name: open(directory / f"{name}.log", "w") for name in ("beat", "worker")}
+    processes = []
+    try:
+        for name, argv in (("beat", beat_argv), ("worker", worker_argv)):
+            extra = ["--pool", "solo", "--without-gossip", "--without-mingle"] \
+                if name == "worker" else []
+            processes.append(subprocess.Popen(
+                [sys.executable, "-m", *argv, "-l", "info", *extra], cwd=directory,
+                env=env, stdout=logs[name], stderr=subprocess.STDOUT))
+
+        def log(name: str) -> str:
+            return (directory / f"{name}.log").read_text(errors="replace")
+
+        wait_until(lambda: "Leading as" in log("beat"), 120, "beat to lead")
+        wait_until(lambda: " ready." in log("worker"), 120, "the worker to be ready")
+        assert "ImproperlyConfigured" not in log("beat") + log("worker")
+        queued = subprocess.run([sys.executable, "-m", "celery", "-A", "proj", "redbeat",
+                                 "run-now", "cleanup"], capture_output=True, text=True,
+                                cwd=directory, env=env, timeout=60)
+        assert queued.returncode == 0, queued.stderr
+        wait_until(lambda: "reports.tasks.cleanup" in log("worker")
+                   and "succeeded" in log("worker"), 120, "the worker to run cleanup")
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+        for handle in logs.values():
+            handle.close()

@@ -184,8 +184,9 @@ def test_unknown_settings_are_warned_with_the_closest_name(fake_app):
     conf = {"redbeat_redis_ulr": "x", "REDBEAT_LOCK_TIMOUT": 3, "CELERY_REDBEAT_KEY_PREFX": "p",
             "redbeat_redis_url": "y", "OTHER_REDBEAT_THING": 1, "redbeat_zzz": 2}
     assert unknown_settings(conf, "CELERY") == [
-        "unknown setting CELERY_REDBEAT_KEY_PREFX is ignored; did you mean redbeat_key_prefix?",
-        "unknown setting REDBEAT_LOCK_TIMOUT is ignored; did you mean redbeat_lock_timeout?",
+        "unknown setting CELERY_REDBEAT_KEY_PREFX is ignored; did you mean "
+        "CELERY_REDBEAT_KEY_PREFIX?",
+        "unknown setting REDBEAT_LOCK_TIMOUT is ignored; did you mean REDBEAT_LOCK_TIMEOUT?",
         "unknown setting redbeat_redis_ulr is ignored; did you mean redbeat_redis_url?",
         "unknown setting redbeat_zzz is ignored",
     ]

@@ -357,3 +357,40 @@ def test_fresh_processes_read_the_project_settings(
     assert run(sys.executable, "-c", GET).stdout.strip() == "nightly"
     listing = run(*celery_command(), "-A", "proj", "redbeat", "list").stdout
     assert "nightly" in listing and "tasks.report" in listing
+
+
+@pytest.mark.redis_server
+def test_the_broker_url_fallback_is_logged_by_beat_and_the_cli(tmp_path, redis_server):
+    """README and configuration.md: with no redbeat_redis_url the schedule goes to the
+    broker's Redis, and that is logged (beat's log, the CLI's standard error), with the
+    password masked."""
+    from support.processes import Cluster
+    from support.redis_server import RedisServer
+
+    class PasswordRedis(RedisServer):
+        def client(self, **kwargs: object):  # type: ignore[no-untyped-def]
+            return super().client(password="s3cret", **kwargs)
+
+    with PasswordRedis(extra_args=["--requirepass", "s3cret"]) as broker_redis:
+        broker = f"redis://:s3cret@127.0.0.1:{broker_redis.port}/0"
+        cluster = Cluster(tmp_path, broker, broker, redbeat_redis_url=None)
+        beat = cluster.beat("fallback")
+        try:
+            beat.wait_for("Leading as", timeout=120)
+            beat.wait_for("redbeat_redis_url is not set", timeout=60)
+        finally:
+            cluster.stop()
+        line = next(line for line in beat.log().splitlines()
+                    if "redbeat_redis_url is not set" in line)
+        assert "WARNING" in line and "s3cret" not in line
+        assert (f"the schedule is kept in the broker's Redis (broker_url redis://:***@"
+                f"127.0.0.1:{broker_redis.port}/0); set redbeat_redis_url") in line
+        env = {**os.environ, "BEATAPP_CONF": json.dumps(cluster.conf),
+               "BEATAPP_RESULTS_URL": broker,
+               "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+        listed = subprocess.run([sys.executable, "-m", "celery", "-A", "beatapp", "redbeat",
+                                 "list"], capture_output=True, text=True, cwd=tmp_path,
+                                env=env, timeout=120)
+        assert listed.returncode == 0, listed.stderr
+        assert "warning: redbeat_redis_url is not set: the schedule is kept in the " \
+               "broker's Redis" in listed.stderr and "s3cret" not in listed.stderr

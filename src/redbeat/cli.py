@@ -105,6 +105,18 @@ class Session:
             raise ValueError(f"the app's task modules cannot be imported: {exc}") from exc
         return set(self.celery_app.tasks)
 
+    def reading_zone(self, given: str | None) -> str | tzinfo:
+        """The zone an option's time without an offset is read in (``--at``, ``--rrule``,
+        ``--start``, ``--end``): ``--tz`` when given; else, under ``celery -A proj``,
+        the app's ``timezone`` (where beat evaluates the entry); standalone, where the
+        app is unknown, ``--timezone`` (UTC by default), the zone times are shown in."""
+        if given:
+            return given
+        if self.celery_app is not None:
+            zone = self.resolve().timezone  # resolved first: an unknown zone is exit 8
+            return getattr(zone, "key", None) or zone
+        return self.zone or "UTC"
+
     @property
     def shown_zone(self) -> tzinfo:
         """Where times are shown: ``--timezone``, else the app's zone (UTC standalone)."""
@@ -569,7 +581,10 @@ ENTRY_OPTIONS = [
     click.option("--solar", default=None,
                  help='Solar event at a place: "sunrise 48.85,2.35" (EVENT LAT,LON).'),
     click.option("--tz", "zone", default=None,
-                 help="IANA zone for --cron/--rrule/--at and naive --start/--end."),
+                 help="IANA zone --cron, --rrule, --at and --start/--end without an offset "
+                      "are read in (default: the app's timezone under celery -A; "
+                      "standalone, --timezone, UTC by default; a --cron without --tz "
+                      "follows the app's zone)."),
     click.option("--args", "args_json", default=None, help="Positional arguments, JSON list."),
     click.option("--kwargs", "kwargs_json", default=None,
                  help="Keyword arguments, JSON object."),
@@ -605,11 +620,17 @@ def entry_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def _schedule_from(values: dict[str, Any]) -> Any:
-    """The schedule the options give, or None when they give none."""
+def _schedule_from(ctx: click.Context, values: dict[str, Any]) -> Any:
+    """The schedule the options give, or None when they give none. A crontab without
+    ``--tz`` follows the app's zone (as one in ``beat_schedule`` does); every other time
+    is read in :meth:`Session.reading_zone`."""
     if sum(1 for name in SCHEDULE_FIELDS if values[name]) > 1:
         raise click.UsageError("give only one of --every, --cron, --rrule, --at, --solar")
-    return schedule_from(values)
+    return schedule_from(values, reading_zone=_reading_zone(ctx, values))
+
+
+def _reading_zone(ctx: click.Context, values: dict[str, Any]) -> str | tzinfo:
+    return _session(ctx).reading_zone(parse_zone(values["zone"]))
 
 
 class Refused(Exception):
@@ -656,10 +677,10 @@ def add(ctx: click.Context, name: str, task: str, disabled: bool, force: bool,
         **values: Any) -> None:
     """Create or replace an entry (its run history is kept). Under `celery -A proj`,
     TASK must be one the app registers (--force accepts another)."""
-    chosen = _schedule_from(values)
+    chosen = _schedule_from(ctx, values)
     if chosen is None:
         raise click.UsageError("give exactly one of --every, --cron, --rrule, --at, --solar")
-    policy = policy_from(values, EntryPolicy())
+    policy = policy_from(values, EntryPolicy(), reading_zone=_reading_zone(ctx, values))
     _check_task(ctx, task, "TASK", force)
     entry = RedBeatSchedulerEntry(
         name, task, chosen, args=json_field(values, "args_json", list),
@@ -670,8 +691,25 @@ def add(ctx: click.Context, name: str, task: str, disabled: bool, force: bool,
     if name:
         _guard_statics(ctx, [name], force)
     entry.save(changed_by="cli")
-    click.echo(f"saved {_shown(name)}: {describe(entry.schedule)}, "
-               f"next run {_upcoming(ctx, entry)}")
+    click.echo(f"saved {_shown(name)}: {_saved_words(ctx, entry)}")
+
+
+def _saved_words(ctx: click.Context, entry: RedBeatSchedulerEntry) -> str:
+    """What ``add`` and ``edit`` say they wrote: the schedule with the zone it runs in
+    (a crontab without a zone of its own runs in the app's), the start and end when
+    given, and the next run, each time with its zone."""
+    words = describe(entry.schedule)
+    if follows_app_zone(entry.schedule) and not runtime_for(entry.app).zone_unknown:
+        words += f" (the app's time zone, {_zone_label(entry.app.timezone)})"
+    zone = _session(ctx).shown_zone
+    for label, moment in (("from", entry.policy.start_time), ("until", entry.policy.end_time)):
+        if moment is not None:
+            words += f", {label} {_when(moment, zone)}"
+    return f"{words}, next run {_upcoming(ctx, entry)}"
+
+
+def _zone_label(zone: tzinfo) -> str:
+    return str(getattr(zone, "key", None) or zone)
 
 
 def _upcoming(ctx: click.Context, entry: RedBeatSchedulerEntry) -> str:
@@ -706,7 +744,7 @@ def edit(ctx: click.Context, name: str, task: str | None, force: bool, **values:
     if task is not None:
         _check_task(ctx, task, "--task", force)
         changes["task"] = task
-    schedule = _schedule_from(values)
+    schedule = _schedule_from(ctx, values)
     if schedule is not None:
         changes["schedule"] = schedule
     if values["args_json"] is not None:
@@ -714,11 +752,10 @@ def edit(ctx: click.Context, name: str, task: str | None, force: bool, **values:
     if values["kwargs_json"] is not None:
         changes["kwargs"] = json_field(values, "kwargs_json", dict)
     changes["options"] = options_from(values, old.options)
-    changes["policy"] = policy_from(values, old.policy)
+    changes["policy"] = policy_from(values, old.policy, reading_zone=_reading_zone(ctx, values))
     _guard_statics(ctx, [name], force)
     entry = manage.edit_entry(app, name, changed_by="cli", **changes)
-    click.echo(f"edited {_shown(name)}: {describe(entry.schedule)}, "
-               f"next run {_upcoming(ctx, entry)}")
+    click.echo(f"edited {_shown(name)}: {_saved_words(ctx, entry)}")
 
 
 def _simple(verb: str, action: Callable[[Celery, str], Any], done: str, help: str,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from datetime import tzinfo
 from typing import Any
 
 from celery.schedules import solar
@@ -76,9 +77,13 @@ def parse_solar(text: str, label: str = "--solar") -> solar:
     return solar(event, latitude, longitude)
 
 
-def schedule_from(values: Mapping[str, Any], label: Label = option_label) -> Any:
+def schedule_from(values: Mapping[str, Any], label: Label = option_label,
+                  reading_zone: str | tzinfo | None = None) -> Any:
     """The schedule the fields give (None when they give none); more than one is a
-    FieldError on the second."""
+    FieldError on the second. ``run_at`` and ``rrule_text`` are read in ``zone`` when
+    given, else in ``reading_zone`` (the app's, for a caller that knows the app: what
+    every time typed for an entry is read in, docs/cli.md); ``cron`` without ``zone``
+    follows the app's zone, as a crontab of ``beat_schedule`` does."""
     given = [field for field in SCHEDULE_FIELDS if _given(values, field)]
     if len(given) > 1:
         raise FieldError(given[1], f"give only one of {', '.join(map(label, given))}")
@@ -96,9 +101,9 @@ def schedule_from(values: Mapping[str, Any], label: Label = option_label) -> Any
         if field == "cron":
             return parse_cron(text, zone, label(field))
         if field == "rrule_text":
-            return parse_rrule(text, zone, label(field))
+            return parse_rrule(text, zone or reading_zone, label(field))
         if field == "run_at":
-            return clocked(parse_time(text, zone, label(field)))
+            return clocked(parse_time(text, zone or reading_zone, label(field)))
         return parse_solar(text, label(field))
     except ValueError as exc:
         raise FieldError(field, str(exc)) from None
@@ -122,12 +127,14 @@ def _policy_words(message: str, label: Label) -> str:
 
 
 def policy_from(values: Mapping[str, Any], base: EntryPolicy,
-                label: Label = option_label) -> EntryPolicy:
+                label: Label = option_label,
+                reading_zone: str | tzinfo | None = None) -> EntryPolicy:
     """``base`` with the policy fields given, each checked by EntryPolicy itself as it
     is applied (so "end before start" is the end's fault). ``start``/``end``: an ISO
-    time read in ``zone`` or ``none``; ``misfire_grace``/``ttl``: seconds, a duration
-    or ``none``; ``coalesce``: a bool; ``jitter``: seconds or a duration."""
-    zone = _given(values, "zone")
+    time read in ``zone`` (else ``reading_zone``) or ``none``; ``misfire_grace``/``ttl``:
+    seconds, a duration or ``none``; ``coalesce``: a bool; ``jitter``: seconds or a
+    duration."""
+    zone = _given(values, "zone") or reading_zone
     policy = base
     for field, name in POLICY_FIELDS.items():
         value = _given(values, field)

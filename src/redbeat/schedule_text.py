@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -97,15 +97,17 @@ def parse_zone(text: str | None, option: str = "--tz") -> str | None:
     return text
 
 
-def parse_time(text: str, zone: str | None, option: str = "--at") -> datetime:
-    """An ISO 8601 time; without an offset it is read in ``zone`` (default UTC)."""
+def parse_time(text: str, zone: str | tzinfo | None, option: str = "--at") -> datetime:
+    """An ISO 8601 time; without an offset it is read in ``zone`` (a name or a zone;
+    default UTC)."""
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
         raise ValueError(f"{option} wants an ISO 8601 time such as 2030-01-02T09:00:00, "
                          f"not {text!r}") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=ZoneInfo(zone) if zone else timezone.utc)
+        moment = moment.replace(tzinfo=ZoneInfo(zone) if isinstance(zone, str)
+                                else zone or timezone.utc)
     return moment
 
 
@@ -134,7 +136,7 @@ def parse_cron(text: str, zone: str | None, option: str = "--cron") -> crontab:
                          month_of_year=month_of_year, day_of_week=day_of_week, timezone=zone)
 
 
-def parse_rrule(text: str, zone: str | None, option: str = "--rrule") -> rrule:
+def parse_rrule(text: str, zone: str | tzinfo | None, option: str = "--rrule") -> rrule:
     """RFC 5545 ``FREQ=...;BYHOUR=...`` (DTSTART and UNTIL as YYYYMMDDTHHMMSS in ``zone``).
 
     Every part is checked here, so a mistake is reported naming the part: the

@@ -98,14 +98,34 @@ class _ScheduleProtocol(celery_schedules.BaseSchedule):
         return celery_schedules.schedstate(False, (upcoming - now).total_seconds())
 
 
+def on_the_clock(rules: dict[str, Any]) -> dict[str, Any]:
+    """``rules`` with the fields smaller than the smallest one they name set to 0: an
+    hour without a minute is on the hour, an hour or a minute without a second is on
+    the minute. What a person means by "at 9"; dateutil would take the minute and
+    second from the rule's start (pure)."""
+    named = [name for name in ("byhour", "byminute") if rules.get(name) is not None]
+    if not named:
+        return rules
+    filled = dict(rules)
+    if "byhour" in named and rules.get("byminute") is None:
+        filled["byminute"] = 0
+    if rules.get("bysecond") is None:
+        filled["bysecond"] = 0
+    return filled
+
+
 class rrule(_ScheduleProtocol):
     """A Celery schedule over dateutil's rrule (RFC 5545 recurrences).
 
     ``freq`` is a name (``"DAILY"``) or dateutil's constant; the positional order of the
     arguments is celery-redbeat 2.4.2's (and dateutil's). ``dtstart`` defaults to now,
-    cut to the second, as in 2.4.2: a rule that leaves its minute or second open repeats
-    from its creation time. A naive ``dtstart``/``until`` is read in ``timezone``
-    (default UTC). Keeping a
+    cut to the second, as in 2.4.2; dateutil fills a field the rule leaves open from
+    ``dtstart``, so without :func:`on_the_clock` ``rrule("DAILY", byhour=9)`` made at
+    09:32:46 ran at 09:32:46. A rule given no ``dtstart`` that names an hour or a minute
+    runs on it: the smaller fields it leaves open are 0 (``byhour=9`` is 09:00:00,
+    ``byminute=15`` is second 0), stored as such, so 2.4.2 reads the same rule. With a
+    ``dtstart`` (and for every stored rule, which always has one) dateutil's rule stands.
+    A naive ``dtstart``/``until`` is read in ``timezone`` (default UTC). Keeping a
     named zone (``Europe/Paris``) makes a weekly 09:00 rule stay at 09:00 local time
     across daylight-saving changes, which a fixed UTC offset cannot do.
     """
@@ -145,6 +165,7 @@ class rrule(_ScheduleProtocol):
             raise ValueError(f"rrule interval must be a positive integer, not {interval!r}")
         if dtstart is None:
             dtstart = datetime.now(zone or UTC).replace(microsecond=0)
+            rules = on_the_clock(rules)
         self.dtstart = self._localize(dtstart, zone)
         self.until = None if until is None else self._localize(until, zone or self.dtstart.tzinfo)
         self.rules = {name: rules.get(name) for name in RRULE_FIELDS}

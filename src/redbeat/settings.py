@@ -20,6 +20,7 @@ from typing import Any
 from celery import Celery
 
 from .keys import KeyLayout
+from .redaction import redact
 
 logger = logging.getLogger("celery.beat")
 
@@ -93,13 +94,18 @@ def unknown_settings(conf: Mapping[str, Any], namespace: str | None = None) -> l
         lowered = name.lower()
         if not lowered.startswith(prefixes):
             continue
-        setting = lowered[lowered.index("redbeat_"):]
+        at = lowered.index("redbeat_")
+        setting = lowered[at:]
         if setting in KNOWN_SETTINGS:
             continue
         # compared without the shared "redbeat_", which would make anything look close
         close = difflib.get_close_matches(setting[len("redbeat_"):], sorted(
             known[len("redbeat_"):] for known in KNOWN_SETTINGS), n=1, cutoff=0.6)
-        hint = f"; did you mean redbeat_{close[0]}?" if close else ""
+        # the hint in the user's own spelling: CELERY_REDBEAT_REDIS_URL for a Django
+        # namespace, REDBEAT_REDIS_URL for Celery 3 names
+        suggestion = name[:at] + ("REDBEAT_" + close[0].upper() if name[at:].isupper()
+                                  else "redbeat_" + close[0]) if close else ""
+        hint = f"; did you mean {suggestion}?" if close else ""
         found.append(f"unknown setting {name} is ignored{hint}")
     return sorted(found)
 
@@ -426,8 +432,12 @@ class RedBeatConfig:
     def _warn_inherited(self) -> None:
         """celery-redbeat 2.4.2 deprecated borrowing the broker's settings (the schedule
         then shares the broker's Redis and its transport options); so does this package,
-        with the same DeprecationWarnings, while still honouring them."""
+        with the same DeprecationWarnings, while still honouring them. The URL fallback
+        is also logged (a DeprecationWarning is hidden by default, and where the schedule
+        lives is worth a line in beat's log): the README and configuration.md say so."""
         if self.redis_url_is_fallback:
+            self.notice(f"redbeat_redis_url is not set: the schedule is kept in the broker's "
+                        f"Redis (broker_url {redact(self.redis_url)}); set redbeat_redis_url")
             warnings.warn("redbeat_redis_url is not set: falling back to broker_url is "
                           "deprecated; set redbeat_redis_url", DeprecationWarning, stacklevel=3)
         if not self.redis_options_from_redbeat and self.redis_options:
