@@ -21,6 +21,7 @@ import json
 import re
 import shlex
 import sys
+import time
 from collections.abc import Callable
 from datetime import datetime, timezone, tzinfo
 from typing import Any, NoReturn
@@ -43,10 +44,11 @@ from .keys import CHANGED, MISFIRES, KeyLayout
 from .lock import Holder, expiry_words
 from .nextrun import follows_app_zone, score_time
 from .nexttime import utc
-from .policy import EntryPolicy
+from .policy import OVERLAP, RELATIVE_TO, EntryPolicy
 from .preflight import check_app
 from .redaction import redact
 from .retry import AUTH_ERRORS
+from .runs import summary as run_summary
 from .runtime import runtime_for, store_for
 from .schedule_text import (
     as_options,
@@ -281,6 +283,7 @@ def _info_json(info: manage.EntryInfo) -> dict[str, Any]:
         "last_failure": {"task_id": last_failure.task_id, "at": last_failure.at.isoformat(),
                          "reason": last_failure.reason} if last_failure else None,
         "quarantine": info.quarantine or info.error,
+        "last_outcome": info.run.state if info.run is not None else None,
     }
 
 
@@ -339,7 +342,8 @@ def main(ctx: click.Context, url: str | None, prefix: str | None, zone: str | No
 def list_command(ctx: click.Context, as_json: bool, pattern: str | None,
                  task_pattern: str | None, state: str | None, sort: str, limit: int | None,
                  offset: int) -> None:
-    """Entries: name, task, schedule, next and last run, runs (and failed ones), state
+    """Entries: name, task, schedule, next and last run (with its outcome, as workers with
+    redbeat_worker_outcomes report it), runs (and failed ones), state
     (failing: the last dispatch was refused). Read a page at a time through the same
     engine as the web view, so memory stays bounded and each page costs the same
     whatever the schedule's size."""
@@ -407,7 +411,8 @@ def _row(info: manage.EntryInfo, zone: tzinfo) -> list[str]:
     runs = str(record["runs"] if record["runs"] is not None else "-")
     return [
         info.name, record["task"] or "?", record["schedule"] or "?",
-        _when(info.next_run, zone), _when(_last_run(info.entry), zone),
+        _when(info.next_run, zone), _when(_last_run(info.entry), zone)
+        + (f" ({_shown(record['last_outcome'])})" if record["last_outcome"] else ""),
         runs + (f" ({record['failed']} failed)" if record["failed"] else ""),
         record["state"] + (" (static)" if info.static else ""),
     ]
@@ -430,17 +435,19 @@ def show(ctx: click.Context, name: str, runs: int, raw: bool) -> None:
     click.echo(f"{_shown(info.name)}  ({_shown(info.key)}, {_state(info)}"
                f"{', static' if info.static else ''}; times in {zone})")
     if info.entry is not None:
-        _show_entry(info, ensure_conf(app).misfire_grace_time, zone)
+        _show_entry(info, ensure_conf(app).misfire_grace_time, zone, ensure_conf(app).lost_after)
     if raw or info.entry is None:
         _show_fields(info)
     if info.quarantine or info.error:
         click.echo(f"quarantined: {_shown(info.quarantine or info.error)}")
     _show_dispatches(info, zone)
+    _show_outcomes(info, zone)
     if info.entry is not None and info.entry.enabled:
         _show_next_runs(info.entry, zone, runs, info.score)
 
 
-def _show_entry(info: manage.EntryInfo, default_grace: float | None, zone: tzinfo) -> None:
+def _show_entry(info: manage.EntryInfo, default_grace: float | None, zone: tzinfo,
+                default_lost_after: float) -> None:
     """The definition, meta, policy, misfires and last change, read as words and times."""
     entry = info.entry
     assert entry is not None
@@ -458,9 +465,30 @@ def _show_entry(info: manage.EntryInfo, default_grace: float | None, zone: tzinf
         ("policy", _policy_words(entry.policy, default_grace, zone)),
         ("misfires", _misfire_words(info.fields.get(MISFIRES), zone)),
         ("changed", _change_words(info.fields.get(CHANGED), zone)),
+        ("last outcome", _outcome_words(info, default_lost_after)),
     ]
     for label, value in rows:
         click.echo(f"{label + ':':<12} {value}")
+
+
+def _outcome_words(info: manage.EntryInfo, default_lost_after: float) -> str:
+    """The latest run as the workers reported it (redbeat_worker_outcomes)."""
+    lost_after = (info.entry.policy.lost_after if info.entry is not None else None) \
+        or default_lost_after
+    return _shown(run_summary(info.run, time.time(), lost_after))
+
+
+def _show_outcomes(info: manage.EntryInfo, zone: tzinfo) -> None:
+    """Recent run outcomes, newest first."""
+    if not info.outcomes:
+        return
+    click.echo("recent outcomes:")
+    for record in info.outcomes:
+        runtime = f" in {record['runtime']:.2f} s" if record["runtime"] is not None else ""
+        error = f": {record['error']}" if record["error"] else ""
+        click.echo(f"  {_shown(record['task_id'])}  {_shown(record['outcome'])}{runtime}  "
+                   f"finished {_shown(_moment_text(record['finished'], zone))}  "
+                   f"on {_shown(record['worker'] or '-')}{_shown(error)}")
 
 
 def _policy_words(policy: EntryPolicy, default_grace: float | None, zone: tzinfo) -> str:
@@ -476,6 +504,9 @@ def _policy_words(policy: EntryPolicy, default_grace: float | None, zone: tzinfo
         "coalesce" if policy.coalesce else f"no coalesce (up to {policy.max_catch_up} runs)",
         f"jitter {policy.jitter:g}s",
         f"ttl {policy.ttl:g}s" if policy.ttl is not None else "ttl none",
+        *([f"overlap {policy.overlap}"] if policy.overlap != "allow" else []),
+        *(["relative to execution"] if policy.relative_to == "execution" else []),
+        *([f"lost after {policy.lost_after:g}s"] if policy.lost_after is not None else []),
     ])
 
 
@@ -609,6 +640,16 @@ ENTRY_OPTIONS = [
     click.option("--ttl", default=None,
                  help="Keep it this long once finished: seconds or a duration (1d); "
                       "none: keep it."),
+    click.option("--overlap", type=click.Choice(OVERLAP), default=None,
+                 help="A slot due while the previous run goes on: sent (allow), skipped "
+                      "(skip), or the latest waits for it (buffer_one). Needs workers with "
+                      "redbeat_worker_outcomes."),
+    click.option("--relative-to", type=click.Choice(RELATIVE_TO), default=None,
+                 help="execution: the next run is the schedule's next time after the "
+                      "previous run ended. Needs workers with redbeat_worker_outcomes."),
+    click.option("--lost-after", default=None,
+                 help="A run silent this long counts as lost and releases the entry: "
+                      "seconds or a duration (10m); none: redbeat_lost_after."),
     click.option("--force", is_flag=True,
                  help="Change a static entry anyway; accept a task the app does not register."),
 ]
@@ -1024,15 +1065,21 @@ def status_command(ctx: click.Context) -> None:
 @click.option("--pid", type=int, default=None, help="Only the scheduler with this pid.")
 @click.option("--max-age", type=float, default=None,
               help="Seconds since its last tick that still count as alive.")
+@click.option("--failed-runs", type=click.IntRange(min=0), default=health.FAILED_RUNS,
+              show_default=True,
+              help="An entry whose last this many runs failed (as workers with "
+                   "redbeat_worker_outcomes report them) needs attention; 0: not checked.")
 @click.pass_context
 @command
 def check_command(ctx: click.Context, host: str | None, pid: int | None,
-                  max_age: float | None) -> None:
+                  max_age: float | None, failed_runs: int) -> None:
     """Health probe: exit 0 when this host's beat leads or stands by a live leader;
-    9 when it does but entries need attention (quarantined, or their last dispatch
-    was refused); 1 otherwise, Redis unreachable included."""
+    9 when it does but entries need attention (quarantined, their last dispatch was
+    refused, or their last --failed-runs runs failed); 1 otherwise, Redis unreachable
+    included."""
     try:
-        result = health.check(_app(ctx), host=host, pid=pid, max_age=max_age)
+        result = health.check(_app(ctx), host=host, pid=pid, max_age=max_age,
+                              failed_runs=failed_runs)
     except AUTH_ERRORS as exc:
         click.echo(f"unhealthy: {auth_message(exc)}")
         sys.exit(EXIT_FAILED)

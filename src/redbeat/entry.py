@@ -95,8 +95,9 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         **clsargs: Any,
     ) -> None:
         """``policy`` (or its fields as keyword arguments: ``start_time``, ``end_time``,
-        ``misfire_grace_time``, ``coalesce``, ``max_catch_up``, ``jitter``, ``ttl``) is
-        stored in its own hash field; see redbeat.policy."""
+        ``misfire_grace_time``, ``coalesce``, ``max_catch_up``, ``jitter``, ``ttl``,
+        ``overlap``, ``relative_to``, ``lost_after``) is stored in its own hash field;
+        see redbeat.policy and docs/outcomes.md."""
         policy_fields = {name: clsargs.pop(name) for name in POLICY_FIELDS if name in clsargs}
         # As in Celery, an entry created without ``last_run_at`` counts as having run
         # now (by its schedule's clock), so it first runs one interval (or the next

@@ -35,7 +35,8 @@ SCHEDULE_FIELDS = ("every", "cron", "rrule_text", "run_at", "solar")
 #: Policy fields and the EntryPolicy attribute each sets.
 POLICY_FIELDS = {"start": "start_time", "end": "end_time",
                  "misfire_grace": "misfire_grace_time", "coalesce": "coalesce",
-                 "jitter": "jitter", "ttl": "ttl"}
+                 "jitter": "jitter", "ttl": "ttl", "overlap": "overlap",
+                 "relative_to": "relative_to", "lost_after": "lost_after"}
 #: How the CLI names a field in its messages (``--every``); the web form passes its own.
 Label = Callable[[str], str]
 
@@ -133,7 +134,8 @@ def policy_from(values: Mapping[str, Any], base: EntryPolicy,
     is applied (so "end before start" is the end's fault). ``start``/``end``: an ISO
     time read in ``zone`` (else ``reading_zone``) or ``none``; ``misfire_grace``/``ttl``:
     seconds, a duration or ``none``; ``coalesce``: a bool; ``jitter``: seconds or a
-    duration."""
+    duration; ``overlap``: allow, skip or buffer_one; ``relative_to``: schedule or
+    execution; ``lost_after``: seconds, a duration or ``none`` (docs/outcomes.md)."""
     zone = _given(values, "zone") or reading_zone
     policy = base
     for field, name in POLICY_FIELDS.items():
@@ -144,7 +146,7 @@ def policy_from(values: Mapping[str, Any], base: EntryPolicy,
             if field in ("start", "end"):
                 value = (None if str(value).strip().lower() == "none"
                          else parse_time(str(value).strip(), zone, label(field)))
-            elif field in ("misfire_grace", "ttl"):
+            elif field in ("misfire_grace", "ttl", "lost_after"):
                 value = parse_limit(str(value), label(field))
             elif field == "jitter":
                 value = _seconds(value, field, label)

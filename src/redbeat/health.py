@@ -31,6 +31,9 @@ class Health:
     failing: tuple[str, ...] = ()
     #: ``quarantined`` counts a sample: at least that many are
     quarantined_at_least: bool = False
+    #: entries whose last N runs failed or were lost, as the workers reported them
+    #: (redbeat_worker_outcomes), with how many in a row, most first
+    failing_runs: tuple[tuple[str, int], ...] = ()
 
     @property
     def attention(self) -> str:
@@ -44,6 +47,10 @@ class Health:
         if self.failing:
             shown = ", ".join(self.failing[:5]) + (", ..." if len(self.failing) > 5 else "")
             parts.append(f"{len(self.failing)} failing ({shown}: redbeat list --state failing)")
+        if self.failing_runs:
+            shown = ", ".join(f"{name} x{count}" for name, count in self.failing_runs[:5])
+            parts.append(f"{len(self.failing_runs)} whose latest runs failed ({shown}"
+                         f"{', ...' if len(self.failing_runs) > 5 else ''}: redbeat show NAME)")
         return "; ".join(parts)
 
 
@@ -62,12 +69,18 @@ def _entries_needing_attention(app: Celery, state: Status) -> tuple[int, bool, t
     return quarantined, partial, tuple(name for name, _ in summary.failing)
 
 
+#: ``redbeat check``: an entry whose last this many runs failed needs attention.
+FAILED_RUNS = 3
+
+
 def check(app: Celery, host: str | None = None, pid: int | None = None,
-          max_age: float | None = None, now: float | None = None) -> Health:
+          max_age: float | None = None, now: float | None = None,
+          failed_runs: int = FAILED_RUNS) -> Health:
     """Healthy when a scheduler on ``host`` (this machine by default; ``pid`` narrows it)
     ticked within ``max_age`` seconds and is the lock holder, or a standby while another
     node holds a live lock and ticks too. A healthy answer also says which entries
-    need attention (quarantined, failing). Ages are measured on Redis's clock (``now``
+    need attention (quarantined, failing, or whose last ``failed_runs`` runs failed as
+    the workers reported them; 0: not asked). Ages are measured on Redis's clock (``now``
     overrides it), so neither the probe's host clock nor a beat's can skew them."""
     state = status(app, now=now, upcoming=0)
     now = state.server_time if now is None else now
@@ -75,7 +88,13 @@ def check(app: Celery, host: str | None = None, pid: int | None = None,
     if not result.healthy:
         return result
     quarantined, at_least, failing = _entries_needing_attention(app, state)
-    return Health(True, result.reason, quarantined, failing, at_least)
+    runs: tuple[tuple[str, int], ...] = ()
+    if failed_runs > 0:
+        keys = ensure_conf(app).keys
+        runs = tuple(sorted(((keys.name_of(key), count) for key, count
+                             in store_for(app).failing_runs(failed_runs)),
+                            key=lambda item: -item[1]))
+    return Health(True, result.reason, quarantined, failing, at_least, runs)
 
 
 def _beat_health(app: Celery, state: Status, host: str, pid: int | None,

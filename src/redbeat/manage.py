@@ -12,7 +12,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -36,10 +36,12 @@ from .keys import (
     PARKED_SCORE,
     POLICY,
     QUARANTINE,
+    RUN,
     KeyLayout,
 )
 from .nextrun import score_time
 from .planning import Claim, pending_message
+from .runs import RunRecord, summary
 from .runtime import store_for
 from .settings import ensure_conf
 from .store import HistoryUnreadable, Row, ScheduleStore
@@ -75,6 +77,14 @@ class EntryInfo:
     history: list[dict[str, Any]] = field(default_factory=list)
     #: why the history stream could not be read (get_entry only; the entry is still shown)
     history_error: str | None = None
+    #: run outcomes the workers reported (redbeat_worker_outcomes), newest first, as
+    #: :func:`outcome_record` gives them; get_entry only (listings have :attr:`run`)
+    outcomes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def run(self) -> RunRecord | None:
+        """The entry's latest run as the workers (or beat) recorded it; None when none."""
+        return RunRecord.parse(self.fields.get(RUN))
 
     @property
     def quarantine(self) -> str | None:
@@ -143,6 +153,53 @@ def stream_record(record_id: str, fields: dict[str, str]) -> dict[str, Any]:
             "claimed_at": _iso(record_id.partition("-")[0]), "node": fields.get("node")}
 
 
+def outcome_record(record_id: str, fields: dict[str, str]) -> dict[str, Any]:
+    """A record of the outcomes stream as operators see it: ``task_id``, ``due`` (ISO
+    8601), ``outcome``, ``started``/``finished`` (ISO 8601 or None), ``runtime``
+    (seconds or None), ``worker``, ``error``, ``at`` (when it was recorded)."""
+    def moment(name: str) -> str | None:
+        try:
+            return datetime.fromtimestamp(float(fields[name]), tz=timezone.utc).isoformat()
+        except (KeyError, ValueError, OverflowError, OSError):
+            return None
+
+    try:
+        runtime: float | None = float(fields["runtime"])
+    except (KeyError, ValueError):
+        runtime = None
+    return {"task_id": fields.get("task_id"), "due": _iso(fields.get("due_ms") or ""),
+            "outcome": fields.get("outcome"), "started": moment("started"),
+            "finished": moment("finished"), "runtime": runtime,
+            "worker": fields.get("worker"), "error": fields.get("error"),
+            "at": _iso(record_id.partition("-")[0])}
+
+
+def run_outcomes(app: Celery, name: str, count: int = 10) -> dict[str, Any]:
+    """What the workers reported about an entry's runs, for a page or a program (the web
+    view's entry page calls it): ``latest`` (the latest run: its ``state``,
+    ``summary`` in words, and the fields of :class:`redbeat.runs.RunRecord`, or None),
+    ``recent`` (up to ``count`` outcome records, newest first, see
+    :func:`outcome_record`), ``failed_in_a_row`` and ``error`` (why the outcomes could
+    not be read, or None). EntryNotFound when there is no such entry."""
+    info = _read_entry(app, name)
+    store = store_for(app)
+    config = ensure_conf(app)
+    error = None
+    try:
+        recent = [outcome_record(record_id, record)
+                  for record_id, record in store.outcomes(info.key, count, HISTORY_SCAN)]
+    except HistoryUnreadable as exc:
+        recent, error = [], f"outcomes stream unreadable: {exc}"
+    run = info.run
+    latest = None
+    if run is not None:
+        lost_after = (info.entry.policy.lost_after if info.entry is not None else None) \
+            or config.lost_after
+        latest = {**asdict(run), "summary": summary(run, time.time(), lost_after)}
+    failed = dict(store.failing_runs(1)).get(info.key, 0)
+    return {"latest": latest, "recent": recent, "failed_in_a_row": failed, "error": error}
+
+
 def legacy_history(fields: dict[str, str]) -> list[dict[str, Any]]:
     """The dispatch records an older release kept in the entry's hash, one per
     ``history:<i>`` field (a record that is not JSON is skipped: history is advisory)."""
@@ -208,6 +265,11 @@ def get_entry(app: Celery, name: str) -> EntryInfo:
     except HistoryUnreadable as exc:
         found, info.history_error = [], f"history stream unreadable: {exc}"
     info.history = newest_first(found + legacy_history(info.fields), want)
+    try:
+        info.outcomes = [outcome_record(record_id, record) for record_id, record
+                         in store.outcomes(key, want, HISTORY_SCAN)] if want > 0 else []
+    except HistoryUnreadable:
+        info.outcomes = []  # advisory, like the history
     return info
 
 
@@ -558,5 +620,5 @@ __all__ = [
     "EntryInfo", "EntryNotFound", "ImportPlan", "InvalidEntry", "Release",
     "delete_entry", "quarantined_entries", "release_quarantined",
     "due_entries", "edit_entry", "entry_info", "export_entries", "get_entry", "import_entries",
-    "iter_entries", "list_entries", "run_now", "set_enabled", "status",
+    "iter_entries", "list_entries", "outcome_record", "run_now", "run_outcomes", "set_enabled", "status",
 ]

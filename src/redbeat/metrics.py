@@ -39,6 +39,16 @@ TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.
 #: milliseconds per 5,000 in Redis), which a scrape every few seconds need not repeat.
 QUARANTINE_CACHE = 30.0
 
+#: Run outcomes reported by workers (redbeat_worker_outcomes): the first ENTRY_LABELS
+#: entries seen get their own ``entry`` label, the rest share OTHER_ENTRIES, so a schedule
+#: of a million entries exports a bounded number of series.
+RUN_OUTCOMES = ("success", "failure", "retry", "revoked", "lost")
+ENTRY_LABELS = 100
+OTHER_ENTRIES = "_other"
+RUNTIME_BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+#: Outcome records read from the stream at most per scrape (the rest at the next one).
+OUTCOMES_PER_SCRAPE = 10_000
+
 F = TypeVar("F", bound=Callable[..., float])
 
 
@@ -102,6 +112,65 @@ def measured_tick(tick: F) -> F:
     return measured  # type: ignore[return-value]
 
 
+class OutcomeCounts:
+    """Run outcomes folded into counters by entry, and runtimes into a histogram, as a
+    scrape reads them from the outcomes stream (only the records after the last one it
+    read: the stream is the fleet's, the counters this process's)."""
+
+    def __init__(self) -> None:
+        self.last_id = "0"
+        self.outcomes: dict[tuple[str, str], int] = {}
+        self.buckets: dict[str, list[int]] = {}
+        self.sums: dict[str, float] = {}
+        self.named: set[str] = set()
+
+    def label(self, key: str) -> str:
+        if key in self.named or len(self.named) < ENTRY_LABELS:
+            self.named.add(key)
+            return key
+        return OTHER_ENTRIES
+
+    def fold(self, records: list[tuple[str, dict[str, str]]], keys: Any) -> None:
+        for record_id, fields in records:
+            self.last_id = record_id
+            outcome = fields.get("outcome")
+            if outcome not in RUN_OUTCOMES:
+                continue
+            entry = self.label(keys.name_of(fields.get("key", "")))
+            self.outcomes[(entry, outcome)] = self.outcomes.get((entry, outcome), 0) + 1
+            try:
+                runtime = float(fields["runtime"])
+            except (KeyError, ValueError):
+                continue
+            if outcome == "retry" or not runtime >= 0:
+                continue
+            counts = self.buckets.setdefault(entry, [0] * (len(RUNTIME_BUCKETS) + 1))
+            counts[next((i for i, edge in enumerate(RUNTIME_BUCKETS) if runtime <= edge),
+                        len(RUNTIME_BUCKETS))] += 1
+            self.sums[entry] = self.sums.get(entry, 0.0) + runtime
+
+    def families(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+        outcomes = CounterMetricFamily("redbeat_run_outcomes", "Runs of beat's slots by how "
+                                       "they ended, as workers with redbeat_worker_outcomes "
+                                       "report them (entry: the first 100 entries seen, the "
+                                       "others as _other)", labels=["entry", "outcome"])
+        for (entry, outcome), count in sorted(self.outcomes.items()):
+            outcomes.add_metric([entry, outcome], count)
+        yield outcomes
+        runtimes = HistogramMetricFamily("redbeat_run_runtime_seconds", "Runtime of the runs "
+                                         "of beat's slots that ended (retries left out)",
+                                         labels=["entry"])
+        for entry, counts in sorted(self.buckets.items()):
+            cumulative, total = [], 0
+            for edge, count in zip((*map(str, RUNTIME_BUCKETS), "+Inf"), counts, strict=True):
+                total += count
+                cumulative.append((edge, total))
+            runtimes.add_metric([entry], cumulative, self.sums[entry])
+        yield runtimes
+
+
 class ScheduleCollector:
     """Schedule-level gauges, read from Redis at each scrape through the management API
     (one round trip for the counts, and the quarantined count at most every
@@ -112,6 +181,7 @@ class ScheduleCollector:
         self.app = app
         self._quarantined: tuple[float, int] | None = None
         self._lock = threading.Lock()
+        self._runs = OutcomeCounts()
 
     @cached_property
     def store(self) -> ScheduleStore:
@@ -175,6 +245,19 @@ class ScheduleCollector:
         for node, (role, at) in sorted(state.nodes.items()):
             ages.add_metric([node, role], max(state.server_time - at, 0.0))
         yield ages
+        yield from self._run_outcomes()
+
+    def _run_outcomes(self) -> Iterator[Any]:
+        """The outcome counters, after folding in the records since the last scrape (one
+        round trip)."""
+        with self._lock:
+            try:
+                self._runs.fold(self.store.outcomes_after(self._runs.last_id,
+                                                          OUTCOMES_PER_SCRAPE), self.store.keys)
+            except Exception as exc:  # the counters so far are still true
+                logger.warning("metrics: cannot read the run outcomes: %s", exc)
+            families = list(self._runs.families())
+        yield from families
 
 
 def _gauge(name: str, documentation: str, value: float) -> Any:

@@ -140,3 +140,22 @@ def slot_of_task(task_id: str) -> tuple[str, int] | None:
     if not sep or not name or not (due.isascii() and due.isdigit()) or len(due) > 15:
         return None
     return name, int(due)
+
+
+def summary(record: RunRecord | None, now: float, lost_after: float) -> str:
+    """The latest run in words, as ``show``, ``list`` and the web view say it: "success
+    in 2.80 s on celery@host", "running for 12 s on celery@host", "failure in 0.10 s on
+    celery@host: ValueError: boom"; "-" when none was recorded. A run silent past its
+    bound says so (beat or its next run records it as lost)."""
+    if record is None:
+        return "-"
+    where = f" on {record.worker}" if record.worker else ""
+    if record.active:
+        since = record.started if record.state == "running" and record.started else record.at
+        words = f"{record.state} for {max(now - since, 0):.0f} s{where}"
+        if now - record.at >= lost_after:
+            words += f" (silent {now - record.at:.0f} s: past its bound, counts as lost)"
+        return words
+    took = f" in {record.runtime:.2f} s" if record.runtime is not None else ""
+    error = f": {record.error}" if record.error else ""
+    return f"{record.state}{took}{where}{error}"

@@ -448,9 +448,7 @@ class RedBeatScheduler(Scheduler):
                 # nothing is sent; the next tick (at once, below) reads the new version
                 claims = [claim for claim in claims if claim.entry.key not in skipped]
             # runs given up on: their outcome (the commit wrote their run field)
-            self.store.append_outcomes([(key, report) for key, report in plan.lost
-                                        if key not in skipped],
-                                       self.config.history_stream_length)
+            self.store.append_outcomes(plan.lost, self.config.history_stream_length, skipped)
         if claims and lease is not None:
             lease.renewed(self.monotonic())  # the commit that claimed them renewed it
         sent = self.dispatcher.send_claims(claims, lease, path, self.poll_interval / 2, drafts)

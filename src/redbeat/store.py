@@ -33,6 +33,7 @@ from .keys import (
     PARKED_SCORE,
     POLICY,
     QUARANTINE,
+    RUN,
     KeyLayout,
 )
 from .lock import Holder
@@ -635,10 +636,13 @@ class ScheduleStore:
                            repr(float(lost_after))])
         return str(reply.payload[0])
 
-    def append_outcomes(self, reports: Sequence[tuple[str, dict[str, Any]]],
-                        keep: int) -> None:
+    def append_outcomes(self, reports: Sequence[tuple[str, dict[str, Any]]], keep: int,
+                        left_alone: Iterable[str] = ()) -> None:
         """Runs beat gave up on (their ``run`` field already written by the commit): one
-        outcome record each and their failed-run counts, in one pipeline."""
+        outcome record each and their failed-run counts, in one pipeline; none for the
+        entries in ``left_alone`` (the commit skipped them: edited since the read)."""
+        skipped = set(left_alone)
+        reports = [(key, report) for key, report in reports if key not in skipped]
         if not reports:
             return
         script = self._scripts["outcome"]
@@ -746,7 +750,7 @@ class ScheduleStore:
     def view_rows(self, keys: Sequence[str]) -> list[tuple[dict[str, str], float | None, bool]]:
         """For each key: the entry's fields a table shows (its history left out), its
         schedule score and whether it is a static; one round trip."""
-        wanted = (DEFINITION, META, POLICY, QUARANTINE, FAILURES, MISFIRES, CHANGED)
+        wanted = (DEFINITION, META, POLICY, QUARANTINE, FAILURES, MISFIRES, CHANGED, RUN)
         replies = self._pipelined(lambda pipe: [
             (pipe.hmget(key, *wanted), pipe.zscore(self.keys.schedule, key),
              pipe.sismember(self.keys.statics, self.keys.name_of(key))) for key in keys],
