@@ -73,8 +73,14 @@ def test_disabling_an_entry_from_its_page_stops_its_dispatch(stack: Stack, page:
     wait_until(lambda: len(stack.sent("every-second")) >= 2, 15, "two dispatches")
     page.goto(stack.web.url + "/entry?" + "name=every-second")
     screenshot(page, "entry")
+    assert page.locator("#action-enable").count() == 0  # only the actions that apply
     page.click("#action-disable")
+    assert page.inner_text("#confirm-title") == "Disable every-second?"
+    assert len(stack.sent("every-second")) >= 2  # asking stopped nothing yet
+    page.click("#confirm")
     assert page.inner_text("#state").startswith("disabled")
+    assert page.locator("#action-disable").count() == 0
+    assert page.locator("#action-enable").count() == 1
     at_disable = len(stack.sent("every-second"))
     time.sleep(3)
     # one slot may have been claimed by the tick running at the click
@@ -95,22 +101,26 @@ def test_run_now_from_the_entry_page_dispatches_it(stack: Stack, page: Any) -> N
 def test_editing_an_entry_validates_and_the_beat_follows_it(stack: Stack, page: Any) -> None:
     RedBeatSchedulerEntry("edited", "beatapp.record", 3600.0, args=[1], app=stack.app).save()
     page.goto(stack.web.url + "/entry?name=edited")
+    page.click("#action-edit")
     assert page.input_value("input[name=schedule]") == "1h"
     page.select_option("select[name=kind]", "cron")
     page.fill("input[name=schedule]", "61 * * * *")  # no minute 61
     page.click("#save")
-    assert "not saved" in page.inner_text(".flash")
+    assert "Not saved" in page.inner_text(".flash-error")
+    assert page.inner_text("#error-schedule").startswith("Schedule: ")
+    assert page.input_value("input[name=schedule]") == "61 * * * *"  # the input is kept
     assert manage.get_entry(stack.app, "edited").entry.schedule.run_every.total_seconds() \
         == 3600
-    page.fill("textarea[name=args]", '["edited", 2]')
+    page.fill("textarea[name=args_json]", '["edited", 2]')
     page.select_option("select[name=kind]", "every")
     page.fill("input[name=schedule]", "1s")
     page.click("#save")
-    assert "saved edited" in page.inner_text(".flash")
+    assert "saved edited" in page.inner_text(".flash-ok")
     entry = manage.get_entry(stack.app, "edited").entry
     assert entry.args == ["edited", 2] and entry.schedule.run_every.total_seconds() == 1
     wait_until(lambda: len(stack.sent("edited")) >= 2, 15, "the edited schedule to run")
     page.click("#action-disable")  # quiet again for the metrics test
+    page.click("#confirm")
 
 
 def test_the_nodes_page_shows_the_leader_and_its_heartbeat(stack: Stack, page: Any) -> None:

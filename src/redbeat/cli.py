@@ -1131,7 +1131,8 @@ def web_command(ctx: click.Context, host: str, port: int, token: str | None,
         fail(str(exc), 2)
     click.echo(f"redbeat web: http://{host}:{port}/ ({'read-only, ' if read_only else ''}"
                f"{'authentication required' if settings.has_auth else 'no authentication'})")
-    serve(app, settings, zone=_session(ctx).shown_zone)
+    serve(app, settings, zone=_session(ctx).shown_zone,
+          check_tasks=_session(ctx).celery_app is not None)
 
 
 #: ``celery -A proj redbeat ...`` (registered through the ``celery.commands`` entry point)
