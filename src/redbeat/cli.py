@@ -1058,6 +1058,9 @@ def status_command(ctx: click.Context) -> None:
     if state.eviction_policy and state.eviction_policy.startswith("allkeys-"):
         click.echo("warning:     allkeys-* eviction can silently delete schedule entries; "
                    "use noeviction or volatile-*", err=True)
+    for trouble in (state.evicting, state.refuses_writes):
+        if trouble:
+            click.echo(f"error:       {trouble}", err=True)
 
 
 @main.command("check")

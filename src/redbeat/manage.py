@@ -39,6 +39,7 @@ from .keys import (
     RUN,
     KeyLayout,
 )
+from .memory_policy import evicting, refusing_writes
 from .nextrun import score_time
 from .planning import Claim, pending_message
 from .runs import RunRecord, summary
@@ -579,6 +580,10 @@ class Status:
     #: Redis's clock when read (epoch seconds; the caller's ``now`` when it cannot be
     #: read): what heartbeat ages are measured against, so no host's clock skews them
     server_time: float
+    #: Why Redis refuses writes now (out of memory under noeviction), or None
+    refuses_writes: str | None = None
+    #: Why the schedule can vanish now (an allkeys-* policy that has evicted keys), or None
+    evicting: str | None = None
 
 
 def status(app: Celery, now: float | None = None, upcoming: int = 5,
@@ -613,7 +618,10 @@ def status(app: Celery, now: float | None = None, upcoming: int = 5,
         redis_version=server.get("redis_version", "?") if isinstance(server, dict) else "?",
         eviction_policy=policy.get("maxmemory-policy") if isinstance(policy, dict) else None,
         server_time=now if read["time"] is None else read["time"],
+        refuses_writes=refusing_writes(read["memory"]),
+        evicting=evicting(read["memory"], read["stats"]),
     )
+
 
 
 __all__ = [

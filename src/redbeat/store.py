@@ -112,6 +112,11 @@ def _raise_error(*replies: Any) -> None:
             raise reply
 
 
+def _dict_or_empty(reply: Any) -> dict[str, Any]:
+    """A dict reply of a pipeline run without raising, or {} for its error."""
+    return reply if isinstance(reply, dict) else {}
+
+
 def _hash_or_empty(reply: Any) -> dict[str, str]:
     return dict(_or_absent(reply, {}))
 
@@ -137,6 +142,11 @@ class Fetch:
     status: FetchStatus
     #: Redis's clock when tick.lua ran (epoch seconds): what the node's clock is set by
     server_time: float
+    #: Why Redis refused this node's writes (its heartbeat, or taking a free lock): an
+    #: OOM error under noeviction; None when it wrote them
+    refused: str | None = None
+    #: Keys Redis has evicted since it started (INFO's evicted_keys; read when leading)
+    evicted_keys: int | None = None
     holder: str | None = None
     holder_ttl_ms: int | None = None
     next_score: float | None = None
@@ -282,18 +292,20 @@ class ScheduleStore:
              self.keys.held_definitions],
             [repr(now), batch, token, timeout_ms, node_id],
         )
-        status, (server_time, *payload) = reply
+        status, (server_time, refused, *payload) = reply
         if status == "standby":
             holder, ttl = payload
-            return Fetch("standby", float(server_time), holder=holder, holder_ttl_ms=int(ttl))
+            return Fetch("standby", float(server_time), refused, holder=holder or None,
+                         holder_ttl_ms=int(ttl))
         if status == "acquired":
-            return Fetch("acquired", float(server_time))
+            return Fetch("acquired", float(server_time), refused)
         if status != "leader":
             raise ResponseError(f"tick.lua replied with the unknown status {status!r}")
-        next_score, flat_pending, rows_json, flat_held, flat_policies = payload
+        evicted, next_score, flat_pending, rows_json, flat_held, flat_policies = payload
         rows = [Row(key, float(score), *fields)
                 for key, score, *fields in json.loads(rows_json) or ()]
-        return Fetch("leader", float(server_time),
+        return Fetch("leader", float(server_time), refused,
+                     evicted_keys=None if evicted is None else int(evicted),
                      next_score=None if next_score is None else float(next_score),
                      pending=pairs(flat_pending), rows=rows, held=pairs(flat_held),
                      policies=pairs(flat_policies))
@@ -688,7 +700,7 @@ class ScheduleStore:
         EVALSHA: a pipeline cannot reload a script the server lost, and this is no hot path."""
         keys = self.keys
         (holder, ttl, total, overdue, oldest, following, parked, waiting, parked_sample,
-         pending, nodes, server, policy, clock) = self._pipelined(lambda pipe: (
+         pending, nodes, server, policy, clock, memory, stats) = self._pipelined(lambda pipe: (
             pipe.get(keys.lock), pipe.pttl(keys.lock), pipe.zcard(keys.schedule),
             pipe.zcount(keys.schedule, "(0", now),  # score 0: waiting, not overdue
             pipe.zrangebyscore(keys.schedule, "(0", now, start=0, num=1, withscores=True),
@@ -698,8 +710,8 @@ class ScheduleStore:
             pipe.zcount(keys.schedule, 0, 0),
             pipe.eval(load_script("parked_sample"), 1, keys.schedule, sample),
             pipe.hlen(keys.pending), pipe.hgetall(keys.nodes), pipe.info("server"),
-            pipe.config_get("maxmemory-policy"),  # an ACL may refuse these three: not fatal
-            pipe.time(),
+            pipe.config_get("maxmemory-policy"),  # an ACL may refuse these five: not fatal
+            pipe.time(), pipe.info("memory"), pipe.info("stats"),
         ), raise_on_error=False)
         _raise_error(holder, ttl, total, overdue, oldest, following, parked, waiting,
                      parked_sample, pending, nodes)
@@ -709,7 +721,8 @@ class ScheduleStore:
                 "oldest": oldest, "following": following, "parked": parked, "waiting": waiting,
                 "reasons": [(key, reason or None) for key, reason in reasons],
                 "pending": pending, "nodes": nodes, "server": server, "policy": policy,
-                "time": clock[0] + clock[1] / 1e6 if isinstance(clock, tuple) else None}
+                "time": clock[0] + clock[1] / 1e6 if isinstance(clock, tuple) else None,
+                "memory": _dict_or_empty(memory), "stats": _dict_or_empty(stats)}
 
     # -- ordered views (redbeat.browse, the web view) -------------------------------------
     # Every read here is bounded: a rank window or a score count is O(log N + window) in
