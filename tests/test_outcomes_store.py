@@ -99,3 +99,16 @@ def test_nothing_is_written_for_an_entry_that_is_gone(app):
     store = store_for(app)
     assert report(store, "start", 1000, "running") == "gone"
     assert not store.client.exists("redbeat:job", "redbeat::outcomes")
+
+
+def test_runs_beat_gave_up_on_are_appended_in_one_call(app, entry):
+    store, client = store_for(app), store_for(app).client
+    RedBeatSchedulerEntry("other", "tasks.job", 60, app=app).save()
+    store.append_outcomes([("redbeat:job", {"task_id": "job:1", "due_ms": 1, "state": "lost"}),
+                           ("redbeat:other", {"task_id": "other:1", "due_ms": 1,
+                                              "state": "lost"}),
+                           ("redbeat:gone", {"task_id": "gone:1", "due_ms": 1,
+                                             "state": "lost"})], 100, {"redbeat:gone"})
+    assert outcomes(client) == [("job:1", "lost"), ("other:1", "lost")]
+    assert client.zscore("redbeat::failing-runs", "redbeat:other") == 1
+    assert client.hget("redbeat:job", RUN) is None  # the commit writes the field, not this

@@ -651,23 +651,14 @@ class ScheduleStore:
     def append_outcomes(self, reports: Sequence[tuple[str, dict[str, Any]]], keep: int,
                         left_alone: Iterable[str] = ()) -> None:
         """Runs beat gave up on (their ``run`` field already written by the commit): one
-        outcome record each and their failed-run counts, in one pipeline; none for the
-        entries in ``left_alone`` (the commit skipped them: edited since the read)."""
+        outcome record each and their failed-run counts, in one script call; none for
+        the entries in ``left_alone`` (the commit skipped them: edited since the read)."""
         skipped = set(left_alone)
-        reports = [(key, report) for key, report in reports if key not in skipped]
-        if not reports:
-            return
-        script = self._scripts["outcome"]
-
-        def send() -> None:
-            with self.client.pipeline(transaction=False) as pipe:
-                for key, report in reports:
-                    script(keys=[key, self.keys.outcomes, self.keys.failing_runs,
-                                 self.keys.schedule],
-                           args=["append", json.dumps(report, ensure_ascii=False), keep, "0"],
-                           client=pipe)
-                pipe.execute()
-        self.retry.call(send)
+        given = [{**report, "key": key} for key, report in reports if key not in skipped]
+        if given:
+            self._run("outcome", [self.keys.schedule, self.keys.outcomes,
+                                  self.keys.failing_runs, self.keys.schedule],
+                      ["append", json.dumps(given, ensure_ascii=False), keep, "0"])
 
     def failing_runs(self, at_least: int) -> list[tuple[str, int]]:
         """Entries whose last ``at_least`` runs (or more) failed, with how many in a row."""
