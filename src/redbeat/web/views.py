@@ -39,6 +39,7 @@ from ..lock import Holder, expiry_words
 from ..nextrun import score_time
 from ..redaction import redact
 from ..run_buckets import RUN_CAP
+from ..runs import summary as run_summary
 from ..schedule_text import describe, seconds_text
 from ..settings import ensure_conf
 from . import form as entry_form
@@ -240,6 +241,17 @@ def _history(info: manage.EntryInfo, failures: Failures | None) -> list[dict[str
     return rows
 
 
+def _runs(info: manage.EntryInfo, lost_after: float) -> dict[str, Any]:
+    """The latest run in words and the recent outcomes, as workers with
+    ``redbeat_worker_outcomes`` report them (docs/outcomes.md); read-only."""
+    policy_bound = info.entry.policy.lost_after if info.entry is not None else None
+    latest = run_summary(info.run, time.time(), policy_bound or lost_after) \
+        if info.run is not None else None
+    return {"latest": latest,
+            "recent": [{**record, "finished": _moment(record.get("finished"))}
+                       for record in info.outcomes]}
+
+
 def _change(raw: str | None) -> dict[str, Any] | None:
     """The last change as who, when and from where; None when there is none, and the
     stored text as it is when it is not what redbeat writes."""
@@ -309,6 +321,7 @@ def entry_page() -> str:
     return render_template(
         "entry.html", info=info, state=info.shown_state, definition=_definition(info),
         history=_history(info, failures),
+        runs=_runs(info, ensure_conf(_context().celery_app).lost_after),
         failures=[{"task_id": failure.task_id, "at": failure.at, "reason": failure.reason}
                   for failure in failures.recent] if failures else [],
         failed=failures.count if failures else 0,
