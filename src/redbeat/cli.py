@@ -1034,7 +1034,7 @@ def status_command(ctx: click.Context) -> None:
     for node, (role, at) in sorted(state.nodes.items()):
         click.echo(f"node:        {_shown(Holder.parse(node))}  {_shown(role)}, "
                    f"last tick {now - at:.1f}s ago")
-    click.echo(f"entries:     {state.entries} ({state.parked} parked: disabled, finished or "
+    click.echo(f"entries:     {state.entries} ({state.parked} parked: finished or "
                "quarantined)")
     click.echo(f"overdue:     {state.overdue}"
                + (f" (most late {state.most_late_s:.1f}s)" if state.overdue else ""))

@@ -35,7 +35,6 @@ from .entry_fields import (
     parse_meta,
     utc_meta_text,
 )
-from .keys import PARKED_SCORE
 from .nextrun import NextRun, follows_app_zone, next_run, score_of, to_score, upcoming_runs
 from .nexttime import next_after, to_millisecond, utc
 from .policy import DEFAULT as DEFAULT_POLICY
@@ -174,10 +173,9 @@ class RedBeatSchedulerEntry(ScheduleEntry):
 
     @property
     def score(self) -> float:
-        """The schedule-set score: the due time, or -1 (never selected) when disabled or
-        finished."""
-        if not self.enabled:
-            return PARKED_SCORE
+        """The schedule-set score: the due time (a disabled entry's too, as in 2.4.2, so
+        enabling it by rewriting its ``definition`` in place makes it run at its next
+        slot), or -1 (never selected) when finished."""
         if compat.own_due_at(type(self), RedBeatSchedulerEntry):
             return to_score(self.due_at)  # a subclass's own due time, as 2.4.2 scored it
         return score_of(self._next_run())

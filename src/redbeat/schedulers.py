@@ -327,7 +327,7 @@ class RedBeatScheduler(Scheduler):
                 continue
             writes.append(StaticWrite(  # the meta only lands on a static seen the first time
                 entry.key, entry.name, entry.definition_json(), meta_json(now, 0),
-                upcoming if entry.enabled else PARKED_SCORE, changed_json("static-sync"),
+                upcoming, changed_json("static-sync"),
                 entry.policy.to_json(),
             ))
         removed = [(self.Entry.generate_key(self.app, name), name)  # the entry class's keys
