@@ -289,7 +289,7 @@ class ScheduleStore:
         reply = self._run(
             "tick",
             [self.keys.schedule, lock_key, self.keys.pending, self.keys.nodes,
-             self.keys.held_definitions],
+             self.keys.held_definitions, self.keys.paused],
             [repr(now), batch, token, timeout_ms, node_id],
         )
         status, (server_time, refused, *payload) = reply
@@ -691,7 +691,8 @@ class ScheduleStore:
         EVALSHA: a pipeline cannot reload a script the server lost, and this is no hot path."""
         keys = self.keys
         (holder, ttl, total, overdue, oldest, following, parked, waiting, parked_sample,
-         pending, nodes, server, policy, clock, memory, stats) = self._pipelined(lambda pipe: (
+         pending, nodes, server, policy, clock, memory, stats,
+         paused) = self._pipelined(lambda pipe: (
             pipe.get(keys.lock), pipe.pttl(keys.lock), pipe.zcard(keys.schedule),
             pipe.zcount(keys.schedule, "(0", now),  # score 0: waiting, not overdue
             pipe.zrangebyscore(keys.schedule, "(0", now, start=0, num=1, withscores=True),
@@ -703,9 +704,10 @@ class ScheduleStore:
             pipe.hlen(keys.pending), pipe.hgetall(keys.nodes), pipe.info("server"),
             pipe.config_get("maxmemory-policy"),  # an ACL may refuse these five: not fatal
             pipe.time(), pipe.info("memory"), pipe.info("stats"),
+            pipe.get(keys.paused),
         ), raise_on_error=False)
         _raise_error(holder, ttl, total, overdue, oldest, following, parked, waiting,
-                     parked_sample, pending, nodes)
+                     parked_sample, pending, nodes, paused)
         sampled = script_reply("parked_sample", parked_sample).payload
         reasons = list(zip(sampled[0::2], sampled[1::2], strict=True))
         return {"holder": holder, "ttl": ttl, "total": total, "overdue": overdue,
@@ -713,7 +715,15 @@ class ScheduleStore:
                 "reasons": [(key, reason or None) for key, reason in reasons],
                 "pending": pending, "nodes": nodes, "server": server, "policy": policy,
                 "time": clock[0] + clock[1] / 1e6 if isinstance(clock, tuple) else None,
-                "memory": _dict_or_empty(memory), "stats": _dict_or_empty(stats)}
+                "memory": _dict_or_empty(memory), "stats": _dict_or_empty(stats),
+                "paused": paused}
+
+    def set_paused(self, record: str | None) -> None:
+        """Pause the schedule (``record``: who and when, JSON) or resume it (None)."""
+        if record is None:
+            self.retry.call(lambda: self.client.delete(self.keys.paused))
+        else:
+            self.retry.call(lambda: self.client.set(self.keys.paused, record))
 
     # -- ordered views (redbeat.browse, the web view) -------------------------------------
     # Every read here is bounded: a rank window or a score count is O(log N + window) in

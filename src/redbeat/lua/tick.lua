@@ -13,12 +13,16 @@
 --           `redbeat check`/`status` read
 -- ARGV[5] - this node's id in the nodes hash
 -- KEYS[5] - held definitions hash (sha1 -> the definition text pending records name)
+-- KEYS[6] - paused flag (a string present while an operator pauses the schedule)
 --
 -- returns {'standby', now, refused, holder|false, pttl} when another node holds the lock
 --           (holder false: nobody does, and Redis refused this node's SET);
 --         {'acquired', now, refused} when this call just took the lock (nothing read yet);
 --         {'leader', now, refused, evicted, next_score|false, pending, rows, held,
---           policies} otherwise,
+--           policies} otherwise, and
+--         {'leader', now, refused, evicted, false, {}, '[]', {}, {}} while the schedule
+--           is paused: the lock is kept and the heartbeat written, nothing is read, so
+--           nothing is sent (due slots wait; held ones are re-sent once resumed);
 --           now being Redis's clock (TIME) as "<seconds>.<microseconds>": each node
 --           measures its own clock's skew from it, in the round trip it makes anyway;
 --           refused: false, or the error Redis answered the heartbeat's write with (OOM);
@@ -77,6 +81,9 @@ local oom = beat('leader')
 -- (false where the server's Lua has no INFO: fakeredis)
 local stats = redis.pcall('INFO', 'stats')
 local evicted = type(stats) == 'string' and string.match(stats, 'evicted_keys:(%d+)') or false
+if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
+  return {'leader', now, oom, evicted, false, {}, '[]', {}, {}}
+end
 
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], 0, ARGV[1], 'WITHSCORES', 'LIMIT', 0, ARGV[2])
 local rows = {}

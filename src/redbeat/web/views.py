@@ -604,6 +604,24 @@ def metrics_page() -> Response:
     return Response(encode(registry), content_type=content_type)
 
 
+@blueprint.route("/schedule/pause", methods=["POST"])
+def pause_page() -> Response | str:
+    """Pause the whole schedule (asked first) or resume it."""
+    app = _context().celery_app
+    op = request.form.get("op")
+    if op == "resume":
+        manage.resume(app)
+        flash("resumed the schedule: the leader sends what is due at its next tick", "ok")
+    elif op == "pause" and request.form.get("confirm") == "1":
+        manage.pause(app, by="web")
+        flash("paused the schedule: the leader sends nothing until it is resumed", "ok")
+    elif op == "pause":
+        return render_template("pause.html", entries=manage.status(app, upcoming=0).entries)
+    else:
+        abort(400, "unknown operation")
+    return redirect(url_for(".nodes_page"))
+
+
 @blueprint.route("/nodes")
 def nodes_page() -> str:
     context = _context()
