@@ -64,8 +64,21 @@ def node_name() -> str:
 
 def changed_json(by: str) -> str:
     """The entry's ``changed`` field: when (epoch milliseconds), by what, from which
-    process. Kept short: every entry carries one."""
-    return json.dumps({"at": round(time.time() * 1000), "by": by, "node": node_name()})
+    process. Kept short: every entry carries one. (The text ``json.dumps`` gives for
+    that object, in keys' order; the node's part made once per process.)"""
+    return f'{{"at": {round(time.time() * 1000)}, "by": {json.dumps(by)}, "node": {_node_json()}}}'
+
+
+_NODE: tuple[int, str] = (0, "")
+
+
+def _node_json() -> str:
+    """``node_name()`` as JSON text, once per process (a fork is another process)."""
+    global _NODE
+    pid = os.getpid()
+    if _NODE[0] != pid:
+        _NODE = (pid, json.dumps(node_name()))
+    return _NODE[1]
 
 
 class RedBeatSchedulerEntry(ScheduleEntry):
@@ -116,7 +129,8 @@ class RedBeatSchedulerEntry(ScheduleEntry):
                 None if isinstance(self.schedule, clocked) else to_millisecond(created))
         self.enabled = enabled
         self.config = ensure_conf(self.app)
-        self.policy = replace(policy or DEFAULT_POLICY, **policy_fields)
+        policy = policy or DEFAULT_POLICY
+        self.policy = replace(policy, **policy_fields) if policy_fields else policy
 
     @property
     def config(self) -> RedBeatConfig:
@@ -176,9 +190,15 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         """The schedule-set score: the due time (a disabled entry's too, as in 2.4.2, so
         enabling it by rewriting its ``definition`` in place makes it run at its next
         slot), or -1 (never selected) when finished."""
-        if compat.own_due_at(type(self), RedBeatSchedulerEntry):
+        if self._own_due_at():
             return to_score(self.due_at)  # a subclass's own due time, as 2.4.2 scored it
         return score_of(self._next_run())
+
+    def _own_due_at(self) -> bool:
+        """Whether this entry's class has its own due time (2.4.2's hook); asked on every
+        save, and the class itself has none."""
+        return type(self) is not RedBeatSchedulerEntry and \
+            compat.own_due_at(type(self), RedBeatSchedulerEntry)
 
     @property
     def rank(self) -> int | None:
@@ -260,7 +280,7 @@ class RedBeatSchedulerEntry(ScheduleEntry):
             score, rescore = to_score(to_millisecond(self._default_now())), None
         else:
             score = self.score
-            follows = score >= 0 and not compat.own_due_at(type(self), RedBeatSchedulerEntry)
+            follows = score >= 0 and not self._own_due_at()
             rescore = self._score_after if follows else None
         self.store.save(self.key, self.definition_json(), meta, score,
                         changed_json(changed_by), self.policy.to_json(), rescore)
