@@ -23,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "src" / "redbeat"
 PURE_CORE = {"compat", "keys", "decoder", "schedules", "nexttime", "nextrun", "policy",
              "planning", "batch", "failures", "schedule_text", "entry_input", "guards",
              "entry_fields", "legacy", "run_buckets", "heartbeat", "foreign", "runs", "redaction",
-             "fleet_clock", "memory_policy"}
+             "fleet_clock", "labels", "audit"}
 #: Between the two: the core may import these. ``settings`` reaches no edge; ``entry``
 #: (2.4.2's entry class, which saves itself) reaches the store and what the store
 #: imports, and the app's runtime that holds the store, and nothing else of the edges
@@ -33,7 +33,7 @@ BRIDGE_REACHES = {"settings": set(),
                   "entry": {"store", "lock", "connection", "retry", "runtime"}}
 EDGES = {"store", "connection", "runtime", "schedulers", "dispatch", "broker_errors", "manage",
          "browse", "cli", "embedded", "lock", "retry", "health", "metrics", "publish", "web",
-         "__main__", "preflight", "migrate", "worker"}
+         "__main__", "preflight", "migrate", "worker", "groups"}
 #: Parts of beat the scheduler hands work to (the dispatcher publishes; compat decides
 #: which 2.4.2 hooks a class overrides): they get what they need from it when built, and
 #: never import it (nor anything that does), so each is tested on its own and the

@@ -27,12 +27,13 @@ from typing import Any
 
 from celery import Celery
 
+from . import labels as label_rules
 from .entry import InvalidEntry, RedBeatSchedulerEntry, parse_meta
 from .keys import KeyLayout
 from .manage import EntryInfo, entry_info
 from .nextrun import NextRun, from_score, next_run
-from .runtime import store_for
 from .run_buckets import SECOND, RunCounter, Tally, runs_between, score_micros
+from .runtime import store_for
 from .settings import ensure_conf
 from .store import ScheduleStore
 
@@ -65,6 +66,8 @@ class Query:
     #: names before any entry is read) and ``--task``
     pattern: str = ""
     task_pattern: str = ""
+    #: only entries carrying every one of these labels (redbeat.labels)
+    labels: tuple[str, ...] = ()
     #: only entries whose next run is in [due_from, due_to) (a bar of the timeline)
     due_from: float | None = None
     due_to: float | None = None
@@ -78,7 +81,7 @@ class Query:
     @property
     def filtered(self) -> bool:
         return bool(self.state or self.name or self.task or self.pattern or self.task_pattern
-                    or self.runs_band)
+                    or self.labels or self.runs_band)
 
     @property
     def runs_band(self) -> bool:
@@ -87,7 +90,8 @@ class Query:
     @property
     def reads_entries(self) -> bool:
         """Whether the filter needs each member's entry (not only its name)."""
-        return bool(self.state or self.task or self.task_pattern or self.runs_band)
+        return bool(self.state or self.task or self.task_pattern or self.labels
+                    or self.runs_band)
 
     @property
     def chunk_and_budget(self) -> tuple[int, int]:
@@ -99,6 +103,8 @@ class Query:
         """Whether the entry passes the filters read from its hash (the name filters
         were applied before it was read)."""
         if self.state and info.shown_state != self.state:
+            return False
+        if self.labels and not label_rules.selected(info.labels, self.labels):
             return False
         if self.task or self.task_pattern:
             task = info.entry.task if info.entry is not None else None
@@ -137,9 +143,9 @@ class Segment:
 def segments(query: Query, keys: KeyLayout, total: int, parked: int,
              band: tuple[int, int] | None = None) -> list[Segment]:
     """Where the query's entries are, in its order (pure). ``total`` is the size of the
-    order's set, ``parked`` how many schedule members score below 0 (finished and
-    quarantined entries, and entries disabled by earlier releases, sort first in the
-    schedule; "next run" shows them last), ``band`` the schedule ranks of a due-time range."""
+    order's set, ``parked`` how many schedule members score below 0 (disabled, finished
+    and quarantined entries sort first in the schedule; "next run" shows them last),
+    ``band`` the schedule ranks of a due-time range."""
     if band is not None:
         return [Segment(keys.schedule, *band)]
     if query.state == "failing":
@@ -151,9 +157,8 @@ def segments(query: Query, keys: KeyLayout, total: int, parked: int,
     scheduled, held_back = Segment(keys.schedule, parked, total), Segment(keys.schedule, 0,
                                                                           parked)
     # where each state can be: finished and enabled by definition (a score below 0, or
-    # not); quarantined mostly parked, but an entry broken by another client waits with
-    # its score until the leader parks it; disabled ones keep a due score (as in 2.4.2),
-    # except those parked by earlier releases: read second
+    # not); disabled and quarantined mostly parked, but an entry disabled or broken by
+    # another client waits with its score until the leader parks it: read second
     if query.state == "finished":
         return [held_back]
     if query.state == "enabled":

@@ -23,7 +23,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone, tzinfo
+from datetime import datetime, tzinfo
 from typing import Any, NoReturn
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -31,7 +31,8 @@ import click
 import redis.exceptions
 from celery import Celery
 
-from . import __version__, browse, guards, health, legacy, manage, migrate
+from . import __version__, audit, browse, groups, guards, health, legacy, manage, migrate
+from . import labels as label_rules
 from .connection import OWN_OPTIONS
 from .entry import (
     EntryNotFound,
@@ -40,7 +41,7 @@ from .entry import (
 )
 from .entry_input import SCHEDULE_FIELDS, json_field, options_from, policy_from, schedule_from
 from .failures import failing_summary, read_failures
-from .keys import CHANGED, MISFIRES, KeyLayout
+from .keys import CHANGED, CREATED, MISFIRES, KeyLayout
 from .lock import Holder, expiry_words
 from .nextrun import follows_app_zone, score_time
 from .nexttime import utc
@@ -76,6 +77,8 @@ class Session:
     #: the app ``celery -A proj`` loaded; None for the standalone ``redbeat``
     celery_app: Celery | None = None
     app: Celery | None = None
+    #: who changes are recorded as (``--actor``; None: the operating-system user)
+    actor: str | None = None
 
     def resolve(self) -> Celery:
         if self.app is None:
@@ -284,6 +287,7 @@ def _info_json(info: manage.EntryInfo) -> dict[str, Any]:
                          "reason": last_failure.reason} if last_failure else None,
         "quarantine": info.quarantine or info.error,
         "last_outcome": info.run.state if info.run is not None else None,
+        "labels": list(info.labels),
     }
 
 
@@ -299,11 +303,13 @@ def _info_json(info: manage.EntryInfo) -> dict[str, Any]:
               help="Time zone times are shown in (default UTC, or the app's under celery).")
 @click.option("--timeout", type=float, default=None,
               help=f"Seconds to wait for Redis (default {DEFAULT_TIMEOUT:g}).")
+@click.option("--actor", envvar="REDBEAT_ACTOR", default=None,
+              help="Who changes are recorded as (default: the operating-system user).")
 @click.version_option(__version__, "--version", prog_name="redbeat",
                       message="%(prog)s %(version)s")
 @click.pass_context
 def main(ctx: click.Context, url: str | None, prefix: str | None, zone: str | None,
-         timeout: float | None) -> None:
+         timeout: float | None, actor: str | None) -> None:
     """Manage a redbeat schedule in Redis."""
     try:
         zone = parse_zone(zone, "--timezone")
@@ -315,7 +321,7 @@ def main(ctx: click.Context, url: str | None, prefix: str | None, zone: str | No
     if ctx.obj is not None and not isinstance(celery_app, Celery):
         raise click.UsageError("no Celery app: use --url or `celery -A proj redbeat`")
     # nothing connects yet: a sub-command's --help must work without --url or Redis
-    session = Session(url, prefix, zone, timeout, celery_app)
+    session = Session(url, prefix, zone, timeout, celery_app, actor=actor)
     if ctx.obj is None:
         ctx.obj = session
     ctx.meta[SESSION] = session
@@ -329,6 +335,8 @@ def main(ctx: click.Context, url: str | None, prefix: str | None, zone: str | No
               help="Only entries whose task name matches this glob.")
 @click.option("--state", type=click.Choice(browse.ALL_STATES), default=None,
               help="Only entries in this state.")
+@click.option("--label", "labels", multiple=True,
+              help="Only entries carrying this label (repeat it: every one of them).")
 @click.option("--sort", type=click.Choice(list(browse.ORDERS)), default="next",
               show_default=True,
               help="By next run (parked entries last), name, or last run (newest first).")
@@ -340,15 +348,16 @@ def main(ctx: click.Context, url: str | None, prefix: str | None, zone: str | No
 @click.pass_context
 @command
 def list_command(ctx: click.Context, as_json: bool, pattern: str | None,
-                 task_pattern: str | None, state: str | None, sort: str, limit: int | None,
-                 offset: int) -> None:
+                 task_pattern: str | None, state: str | None, labels: tuple[str, ...],
+                 sort: str, limit: int | None, offset: int) -> None:
     """Entries: name, task, schedule, next and last run (with its outcome, as workers with
     redbeat_worker_outcomes report it), runs (and failed ones), state
     (failing: the last dispatch was refused). Read a page at a time through the same
     engine as the web view, so memory stays bounded and each page costs the same
     whatever the schedule's size."""
     query = browse.Query(order=sort, state=state or "", pattern=pattern or "",
-                         task_pattern=task_pattern or "", start=offset,
+                         task_pattern=task_pattern or "",
+                         labels=label_rules.normalized(labels), start=offset,
                          size=min(limit + 1 if limit else LIST_PAGE, LIST_PAGE))
     zone = _session(ctx).shown_zone
     table = _StreamedTable(["NAME", "TASK", "SCHEDULE", "NEXT RUN", "LAST RUN", "RUNS",
@@ -464,6 +473,8 @@ def _show_entry(info: manage.EntryInfo, default_grace: float | None, zone: tzinf
          if last_run else "never"),
         ("policy", _policy_words(entry.policy, default_grace, zone)),
         ("misfires", _misfire_words(info.fields.get(MISFIRES), zone)),
+        ("labels", ", ".join(map(_shown, info.labels)) or "none"),
+        ("created", _change_words(info.fields.get(CREATED), zone)),
         ("changed", _change_words(info.fields.get(CHANGED), zone)),
         ("last outcome", _outcome_words(info, default_lost_after)),
     ]
@@ -524,17 +535,15 @@ def _misfire_words(raw: str | None, zone: tzinfo) -> str:
 
 
 def _change_words(raw: str | None, zone: tzinfo) -> str:
+    """A ``created``/``changed`` record: when, who, through what, from which process."""
     if not raw:
         return "-"
-    try:
-        record = json.loads(raw)
-        at = record["at"]  # epoch milliseconds; ISO 8601 from earlier releases
-        moment = (datetime.fromisoformat(at) if isinstance(at, str)
-                  else datetime.fromtimestamp(at / 1000, tz=timezone.utc))
-        return f"{_when(moment, zone)} by {record.get('by')} on {record.get('node')}"
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError, OverflowError,
-            OSError):
-        return raw
+    change = audit.read(raw)
+    if change is None:
+        return _shown(raw)
+    who = f" by {_shown(change.actor)}" if change.actor else ""
+    return (f"{_when(change.at, zone)}{who} through {_shown(change.through)} "
+            f"on {_shown(change.node)}")
 
 
 def _moment_text(value: Any, zone: tzinfo) -> str:
@@ -712,10 +721,13 @@ def _check_task(ctx: click.Context, task: str, field: str, force: bool) -> None:
 @click.argument("task")
 @entry_options
 @click.option("--disabled", is_flag=True, help="Store it paused.")
+@click.option("--label", "labels", multiple=True,
+              help="A label for the entry (repeat it for several; replaces its labels).")
+@click.option("--no-labels", is_flag=True, help="Remove the entry's labels.")
 @click.pass_context
 @command
 def add(ctx: click.Context, name: str, task: str, disabled: bool, force: bool,
-        **values: Any) -> None:
+        labels: tuple[str, ...], no_labels: bool, **values: Any) -> None:
     """Create or replace an entry (its run history is kept). Under `celery -A proj`,
     TASK must be one the app registers (--force accepts another)."""
     chosen = _schedule_from(ctx, values)
@@ -727,12 +739,19 @@ def add(ctx: click.Context, name: str, task: str, disabled: bool, force: bool,
         name, task, chosen, args=json_field(values, "args_json", list),
         kwargs=json_field(values, "kwargs_json", dict),
         options=options_from(values, None), enabled=not disabled, app=_app(ctx),
-        policy=policy,
+        policy=policy, labels=_labels_given(labels, no_labels),
     )
     if name:
         _guard_statics(ctx, [name], force)
-    entry.save(changed_by="cli")
+    entry.save(changed_by="cli", actor=_actor(ctx))
     click.echo(f"saved {_shown(name)}: {_saved_words(ctx, entry)}")
+
+
+def _labels_given(labels: tuple[str, ...], no_labels: bool) -> tuple[str, ...] | None:
+    """The labels ``--label``/``--no-labels`` set; None when neither is given (kept)."""
+    if labels and no_labels:
+        raise click.UsageError("give --label or --no-labels, not both")
+    return () if no_labels else label_rules.normalized(labels) if labels else None
 
 
 def _saved_words(ctx: click.Context, entry: RedBeatSchedulerEntry) -> str:
@@ -765,14 +784,19 @@ def _upcoming(ctx: click.Context, entry: RedBeatSchedulerEntry) -> str:
 @click.argument("name")
 @click.option("--task", default=None, help="Task name to send.")
 @entry_options
+@click.option("--label", "labels", multiple=True,
+              help="A label for the entry (repeat it for several; replaces its labels).")
+@click.option("--no-labels", is_flag=True, help="Remove the entry's labels.")
 @click.pass_context
 @command
-def edit(ctx: click.Context, name: str, task: str | None, force: bool, **values: Any) -> None:
+def edit(ctx: click.Context, name: str, task: str | None, force: bool,
+         labels: tuple[str, ...], no_labels: bool, **values: Any) -> None:
     """Change some fields of an entry in place (validated as `add` validates them); the
     others, its run history and its state stay as they are. A new schedule without --tz
     keeps the zone of the old one."""
-    if task is None and all(value is None for option, value in values.items()
-                            if option != "zone"):
+    named = _labels_given(labels, no_labels)
+    if task is None and named is None and all(value is None for option, value in values.items()
+                                              if option != "zone"):
         raise click.UsageError("nothing to change: give the fields to change, e.g. --every 5m")
     app = _app(ctx)
     info = manage.get_entry(app, name)
@@ -794,25 +818,48 @@ def edit(ctx: click.Context, name: str, task: str | None, force: bool, **values:
         changes["kwargs"] = json_field(values, "kwargs_json", dict)
     changes["options"] = options_from(values, old.options)
     changes["policy"] = policy_from(values, old.policy, reading_zone=_reading_zone(ctx, values))
+    if named is not None:
+        changes["labels"] = named
     _guard_statics(ctx, [name], force)
-    entry = manage.edit_entry(app, name, changed_by="cli", **changes)
+    entry = manage.edit_entry(app, name, changed_by="cli", actor=_actor(ctx), **changes)
     click.echo(f"edited {_shown(name)}: {_saved_words(ctx, entry)}")
 
 
-def _simple(verb: str, action: Callable[[Celery, str], Any], done: str, help: str,
+def _simple(verb: str, action: Callable[[click.Context, str], Any], done: str, help: str,
+            bulk: Callable[[click.Context, tuple[str, ...]], groups.Outcome],
             guarded: bool = True) -> None:
-    """A command taking one entry name. The help is given to click here: a docstring
-    assigned after the decorators ran never reaches ``--help``. A guarded command
-    changes the entry, so refuses a static one without ``--force``."""
+    """A command taking one entry name, or ``--label`` for every entry carrying the
+    labels. The help is given to click here: a docstring assigned after the decorators
+    ran never reaches ``--help``. A guarded command changes the entry, so refuses a
+    static one without ``--force``."""
     @main.command(verb, help=help, short_help=help.split(". ")[0].rstrip("."))
-    @click.argument("name")
+    @click.argument("name", required=False)
+    @click.option("--label", "labels", multiple=True,
+                  help="Instead of NAME: every entry carrying this label (repeat it: every "
+                       "one of them).")
     @click.pass_context
     @command
-    def run(ctx: click.Context, name: str, force: bool = False) -> None:
+    def run(ctx: click.Context, name: str | None, labels: tuple[str, ...],
+            force: bool = False) -> None:
+        if (name is None) == (not labels):
+            raise click.UsageError("give NAME or --label, not both")
+        if labels:
+            if guarded:
+                names = [info.name for info in groups.labelled(_app(ctx), labels)]
+                _guard_statics(ctx, names, force)
+            outcome = bulk(ctx, labels)
+            click.echo(f"{verb}: {len(outcome.changed)} entries labelled "
+                       f"{', '.join(map(_shown, labels))}")
+            for changed in outcome.changed:
+                click.echo(f"  {_shown(changed)}")
+            for skipped, reason in sorted(outcome.skipped.items()):
+                click.echo(f"  ! {_shown(skipped)}: {_shown(reason)}", err=True)
+            return
+        assert name is not None
         if guarded:
             manage.get_entry(_app(ctx), name)  # exit 3 for a missing entry, first
             _guard_statics(ctx, [name], force)
-        result = action(_app(ctx), name)
+        result = action(ctx, name)
         click.echo(done.format(name=_shown(name), result=result))
     if guarded:
         click.option("--force", is_flag=True,
@@ -820,17 +867,32 @@ def _simple(verb: str, action: Callable[[Celery, str], Any], done: str, help: st
                           "or restarts).")(run)
 
 
-_simple("enable", lambda app, name: manage.set_enabled(app, name, True, "cli"), "enabled {name}",
-        "Enable a disabled entry. The leader schedules it again from its stored last run.")
-_simple("disable", lambda app, name: manage.set_enabled(app, name, False, "cli"),
-        "disabled {name}",
+def _actor(ctx: click.Context) -> str | None:
+    return _session(ctx).actor
+
+
+def _enabling(enabled: bool) -> tuple[Callable[[click.Context, str], Any],
+                                      Callable[[click.Context, tuple[str, ...]], Any]]:
+    return (lambda ctx, name: manage.set_enabled(_app(ctx), name, enabled, "cli", _actor(ctx)),
+            lambda ctx, labels: groups.set_enabled(_app(ctx), labels, enabled, "cli",
+                                                   _actor(ctx)))
+
+
+_simple("enable", _enabling(True)[0], "enabled {name}",
+        "Enable a disabled entry. The leader schedules it again from its stored last run.",
+        _enabling(True)[1])
+_simple("disable", _enabling(False)[0], "disabled {name}",
         "Disable an entry. It keeps its definition and history, is never sent, and costs "
-        "nothing per tick until enabled again.")
-_simple("delete", manage.delete_entry, "deleted {name}",
+        "nothing per tick until enabled again.", _enabling(False)[1])
+_simple("delete", lambda ctx, name: manage.delete_entry(_app(ctx), name), "deleted {name}",
         "Delete an entry and its history. A static entry (from beat_schedule) is written "
-        "again when a beat next takes the lead or restarts: remove it from beat_schedule.")
-def _queue_run(app: Celery, name: str) -> str:
+        "again when a beat next takes the lead or restarts: remove it from beat_schedule.",
+        lambda ctx, labels: groups.delete(_app(ctx), labels))
+
+
+def _queue_run(ctx: click.Context, name: str) -> str:
     """Queue a run, and say who will send it: a run queued with no beat leading waits."""
+    app = _app(ctx)
     task_id = manage.run_now(app, name)
     holder, _ = store_for(app).lock_holder()
     if holder:
@@ -840,7 +902,8 @@ def _queue_run(app: Celery, name: str) -> str:
 
 _simple("run-now", _queue_run, "queued {name} as {result}",
         "Send an entry once now. The leader sends it at its next tick with the task id "
-        "<name>:run-now:<ms>; its schedule and run count are untouched.", guarded=False)
+        "<name>:run-now:<ms>; its schedule and run count are untouched.",
+        lambda ctx, labels: groups.run_all_now(_app(ctx), labels), guarded=False)
 
 
 @main.command("unquarantine")
@@ -1034,7 +1097,7 @@ def status_command(ctx: click.Context) -> None:
     for node, (role, at) in sorted(state.nodes.items()):
         click.echo(f"node:        {_shown(Holder.parse(node))}  {_shown(role)}, "
                    f"last tick {now - at:.1f}s ago")
-    click.echo(f"entries:     {state.entries} ({state.parked} parked: finished or "
+    click.echo(f"entries:     {state.entries} ({state.parked} parked: disabled, finished or "
                "quarantined)")
     click.echo(f"overdue:     {state.overdue}"
                + (f" (most late {state.most_late_s:.1f}s)" if state.overdue else ""))
@@ -1058,9 +1121,6 @@ def status_command(ctx: click.Context) -> None:
     if state.eviction_policy and state.eviction_policy.startswith("allkeys-"):
         click.echo("warning:     allkeys-* eviction can silently delete schedule entries; "
                    "use noeviction or volatile-*", err=True)
-    for trouble in (state.evicting, state.refuses_writes):
-        if trouble:
-            click.echo(f"error:       {trouble}", err=True)
 
 
 @main.command("check")
@@ -1134,8 +1194,7 @@ def web_command(ctx: click.Context, host: str, port: int, token: str | None,
         fail(str(exc), 2)
     click.echo(f"redbeat web: http://{host}:{port}/ ({'read-only, ' if read_only else ''}"
                f"{'authentication required' if settings.has_auth else 'no authentication'})")
-    serve(app, settings, zone=_session(ctx).shown_zone,
-          check_tasks=_session(ctx).celery_app is not None)
+    serve(app, settings, zone=_session(ctx).shown_zone)
 
 
 #: ``celery -A proj redbeat ...`` (registered through the ``celery.commands`` entry point)

@@ -8,7 +8,6 @@ redbeat.entry_fields, which is pure, so the planner decodes rows without this I/
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -20,7 +19,8 @@ from celery import Celery
 from celery.beat import ScheduleEntry
 from celery.schedules import schedstate
 
-from . import compat, decoder, legacy
+from . import audit, compat, decoder, legacy
+from . import labels as label_rules
 from .entry_fields import (
     DECODE_ERRORS,
     POLICY_FIELDS,
@@ -35,6 +35,7 @@ from .entry_fields import (
     parse_meta,
     utc_meta_text,
 )
+from .keys import PARKED_SCORE
 from .nextrun import NextRun, follows_app_zone, next_run, score_of, to_score, upcoming_runs
 from .nexttime import next_after, to_millisecond, utc
 from .policy import DEFAULT as DEFAULT_POLICY
@@ -42,7 +43,7 @@ from .policy import EntryPolicy
 from .runtime import DefinitionCache, runtime_for, store_for
 from .schedules import check_interval, clocked
 from .settings import RedBeatConfig, ensure_conf
-from .store import ScheduleStore
+from .store import Save, ScheduleStore
 
 
 class EntryNotFound(KeyError):
@@ -62,23 +63,11 @@ def node_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def changed_json(by: str) -> str:
-    """The entry's ``changed`` field: when (epoch milliseconds), by what, from which
-    process. Kept short: every entry carries one. (The text ``json.dumps`` gives for
-    that object, in keys' order; the node's part made once per process.)"""
-    return f'{{"at": {round(time.time() * 1000)}, "by": {json.dumps(by)}, "node": {_node_json()}}}'
-
-
-_NODE: tuple[int, str] = (0, "")
-
-
-def _node_json() -> str:
-    """``node_name()`` as JSON text, once per process (a fork is another process)."""
-    global _NODE
-    pid = os.getpid()
-    if _NODE[0] != pid:
-        _NODE = (pid, json.dumps(node_name()))
-    return _NODE[1]
+def changed_json(by: str, actor: str | None = None) -> str:
+    """The entry's ``changed`` field (and ``created``, when it is new): when (epoch
+    milliseconds), through what, who (``actor``; default the operating-system user),
+    from which process. Kept short: every entry carries one (redbeat.audit)."""
+    return audit.record_json(by, node_name(), round(time.time() * 1000), actor)
 
 
 class RedBeatSchedulerEntry(ScheduleEntry):
@@ -90,6 +79,9 @@ class RedBeatSchedulerEntry(ScheduleEntry):
     #: (skipping this constructor, as some 2.4.2 subclasses do) has: enabled, no policy.
     enabled = True
     policy: EntryPolicy = DEFAULT_POLICY
+    #: The entry's labels; None when not known here (an entry the tick decoded, or one
+    #: built without naming any): a save then keeps the stored ones
+    labels: tuple[str, ...] | None = None
 
     def __init__(
         self,
@@ -109,8 +101,11 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         """``policy`` (or its fields as keyword arguments: ``start_time``, ``end_time``,
         ``misfire_grace_time``, ``coalesce``, ``max_catch_up``, ``jitter``, ``ttl``,
         ``overlap``, ``relative_to``, ``lost_after``) is stored in its own hash field;
-        see redbeat.policy and docs/outcomes.md."""
+        see redbeat.policy and docs/outcomes.md. ``labels`` (strings) too: see
+        redbeat.labels."""
         policy_fields = {name: clsargs.pop(name) for name in POLICY_FIELDS if name in clsargs}
+        named = clsargs.pop("labels", None)  # None: a save keeps the stored labels
+        self.labels = None if named is None else label_rules.normalized(named)
         # As in Celery, an entry created without ``last_run_at`` counts as having run
         # now (by its schedule's clock), so it first runs one interval (or the next
         # calendar match) after it was created, not at once.
@@ -129,8 +124,7 @@ class RedBeatSchedulerEntry(ScheduleEntry):
                 None if isinstance(self.schedule, clocked) else to_millisecond(created))
         self.enabled = enabled
         self.config = ensure_conf(self.app)
-        policy = policy or DEFAULT_POLICY
-        self.policy = replace(policy, **policy_fields) if policy_fields else policy
+        self.policy = replace(policy or DEFAULT_POLICY, **policy_fields)
 
     @property
     def config(self) -> RedBeatConfig:
@@ -187,18 +181,13 @@ class RedBeatSchedulerEntry(ScheduleEntry):
 
     @property
     def score(self) -> float:
-        """The schedule-set score: the due time (a disabled entry's too, as in 2.4.2, so
-        enabling it by rewriting its ``definition`` in place makes it run at its next
-        slot), or -1 (never selected) when finished."""
-        if self._own_due_at():
+        """The schedule-set score: the due time, or -1 (never selected) when disabled or
+        finished."""
+        if not self.enabled:
+            return PARKED_SCORE
+        if compat.own_due_at(type(self), RedBeatSchedulerEntry):
             return to_score(self.due_at)  # a subclass's own due time, as 2.4.2 scored it
         return score_of(self._next_run())
-
-    def _own_due_at(self) -> bool:
-        """Whether this entry's class has its own due time (2.4.2's hook); asked on every
-        save, and the class itself has none."""
-        return type(self) is not RedBeatSchedulerEntry and \
-            compat.own_due_at(type(self), RedBeatSchedulerEntry)
 
     @property
     def rank(self) -> int | None:
@@ -260,7 +249,8 @@ class RedBeatSchedulerEntry(ScheduleEntry):
 
     # -- persistence ---------------------------------------------------------------------
 
-    def save(self, changed_by: str = "python-api") -> RedBeatSchedulerEntry:
+    def save(self, changed_by: str = "python-api",
+             actor: str | None = None) -> RedBeatSchedulerEntry:
         """Write the entry; ValueError for a name whose key is one of the package's own
         (``:lock``, ``:nodes``, ...), which would break every node.
 
@@ -268,7 +258,16 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         its runtime's ``zone_unknown``), an entry whose runs follow the app's zone (a
         crontab without a zone of its own) is stored due at once: beat's next tick
         works out its next run in the app's zone (an early score is corrected, nothing
-        is sent), so it runs as the same entry saved from the app would."""
+        is sent), so it runs as the same entry saved from the app would.
+
+        ``changed_by`` (through what) and ``actor`` (who; default the operating-system
+        user) are recorded in the entry's ``changed`` field (redbeat.audit)."""
+        self.store.save_many([self.save_request(changed_by, actor)])
+        return self
+
+    def save_request(self, changed_by: str = "python-api", actor: str | None = None) -> Save:
+        """What :meth:`save` writes, for the store to write many at once (a change by
+        label); validated as save validates."""
         if not self.name:
             raise ValueError("entry name is empty")
         if self.key in self.config.keys.internal:
@@ -280,11 +279,11 @@ class RedBeatSchedulerEntry(ScheduleEntry):
             score, rescore = to_score(to_millisecond(self._default_now())), None
         else:
             score = self.score
-            follows = score >= 0 and not self._own_due_at()
+            follows = score >= 0 and not compat.own_due_at(type(self), RedBeatSchedulerEntry)
             rescore = self._score_after if follows else None
-        self.store.save(self.key, self.definition_json(), meta, score,
-                        changed_json(changed_by), self.policy.to_json(), rescore)
-        return self
+        return Save(self.key, self.definition_json(), meta, score,
+                    changed_json(changed_by, actor), self.policy.to_json(), rescore,
+                    label_rules.save_field(self.labels))
 
     def _score_after(self, stored_meta: str | None) -> float:
         """The score to save with when the stored meta is ``stored_meta`` (None: none).
@@ -342,10 +341,12 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         """Load an entry; EntryNotFound (a KeyError) when the key holds no entry,
         InvalidEntry when it holds one that cannot be scheduled."""
         config = ensure_conf(app)
-        definition, meta, policy = store_for(config.app).load(key)
+        definition, meta, policy, labels_text = store_for(config.app).load_fields(key)
         if not definition:
             raise EntryNotFound(key)
-        return cls.decode(config.app, key, definition, meta, policy=policy)
+        entry = cls.decode(config.app, key, definition, meta, policy=policy)
+        entry.labels = label_rules.from_field(labels_text)
+        return entry
 
     @classmethod
     def decode(

@@ -22,6 +22,11 @@ QUARANTINE = "quarantine"
 #: never written; commit.lua deletes them when it next records a run of the entry.
 LEGACY_HISTORY_PREFIX = "history:"
 CHANGED = "changed"
+#: Who first wrote the entry, when and through what (redbeat.audit); ``changed`` is the
+#: latest write of the definition
+CREATED = "created"
+#: The entry's labels, a JSON array of strings (redbeat.labels)
+LABELS = "labels"
 POLICY = "policy"
 MISFIRES = "misfires"
 #: Dispatches Celery or the broker refused (see lua/failure.lua): a count, the last
@@ -120,13 +125,6 @@ class KeyLayout:
         return f"{self.prefix}:view:timeline"
 
     @property
-    def paused(self) -> str:
-        """A string present while the whole schedule is paused (JSON: who paused it,
-        when): the leader's tick reads it in its own round trip and sends nothing while
-        it exists (``redbeat.manage.pause``)."""
-        return f"{self.prefix}:paused"
-
-    @property
     def lock(self) -> str:
         if self.lock_name is None:
             return f"{self.prefix}:lock"
@@ -142,7 +140,7 @@ class KeyLayout:
                           self.nodes, self.lock, self.failing, self.view_by_name,
                           self.view_by_last_run, self.view_by_last_run_building,
                           self.view_timeline, self.history, self.outcomes,
-                          self.failing_runs, self.paused})
+                          self.failing_runs})
 
     @cached_property
     def types(self) -> dict[str, str]:
@@ -153,8 +151,7 @@ class KeyLayout:
                 self.failing: "zset", self.view_by_name: "zset",
                 self.view_by_last_run: "zset", self.view_by_last_run_building: "zset",
                 self.view_timeline: "string", self.history: "stream",
-                self.outcomes: "stream", self.failing_runs: "zset",
-                self.paused: "string"}
+                self.outcomes: "stream", self.failing_runs: "zset"}
 
     def is_entry_key(self, key: str) -> bool:
         """Whether ``key`` can hold an entry of this schedule: under the prefix and not

@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 from celery import Celery
 
-from . import legacy
+from . import audit, legacy
+from . import labels as label_rules
 from .entry import (
     EntryNotFound,
     InvalidEntry,
@@ -30,7 +31,9 @@ from .failures import read_failures
 from .heartbeat import heartbeats
 from .keys import (
     CHANGED,
+    CREATED,
     DEFINITION,
+    LABELS,
     LEGACY_HISTORY_PREFIX,
     META,
     PARKED_SCORE,
@@ -39,7 +42,6 @@ from .keys import (
     RUN,
     KeyLayout,
 )
-from .memory_policy import evicting, refusing_writes
 from .nextrun import score_time
 from .planning import Claim, pending_message
 from .runs import RunRecord, summary
@@ -98,6 +100,22 @@ class EntryInfo:
             return raw
 
     @property
+    def labels(self) -> tuple[str, ...]:
+        """The entry's labels (none where the field is not a JSON array of labels)."""
+        return label_rules.from_field(self.fields.get(LABELS))
+
+    @property
+    def created(self) -> audit.Change | None:
+        """Who first wrote the entry, when and through what (None: written by a release
+        before these records, or by another program)."""
+        return audit.read(self.fields.get(CREATED))
+
+    @property
+    def changed(self) -> audit.Change | None:
+        """Who last wrote its definition, when and through what."""
+        return audit.read(self.fields.get(CHANGED))
+
+    @property
     def next_run(self) -> datetime | None:
         return score_time(self.score)  # None: parked (-1) or hand-written "due now" (0)
 
@@ -136,6 +154,8 @@ def entry_info(app: Celery, key: str, score: float | None, fields: dict[str, str
                                                   fields.get(META), policy=fields.get(POLICY))
     except InvalidEntry as exc:
         info.error = exc.reason
+    else:
+        info.entry.labels = info.labels
     return info
 
 
@@ -282,18 +302,19 @@ def _loaded(app: Celery, name: str) -> RedBeatSchedulerEntry:
     return info.entry
 
 
-def set_enabled(app: Celery, name: str, enabled: bool, changed_by: str = "python-api") -> None:
+def set_enabled(app: Celery, name: str, enabled: bool, changed_by: str = "python-api",
+                actor: str | None = None) -> None:
     entry = _loaded(app, name)
     entry.enabled = enabled
-    entry.save(changed_by=changed_by)
+    entry.save(changed_by=changed_by, actor=actor)
 
 
 #: What :func:`edit_entry` may change; the rest (state, run count, last run) stays.
-EDITABLE = frozenset({"task", "schedule", "args", "kwargs", "options", "policy"})
+EDITABLE = frozenset({"task", "schedule", "args", "kwargs", "options", "policy", "labels"})
 
 
 def edit_entry(app: Celery, name: str, changed_by: str = "python-api",
-               **changes: Any) -> RedBeatSchedulerEntry:
+               actor: str | None = None, **changes: Any) -> RedBeatSchedulerEntry:
     """Change some fields of an entry in place (``EDITABLE``), validated as a new entry
     is (a bad schedule or policy raises ValueError and nothing is written); whether it
     is enabled, its run count and its last run stay, so its next run follows from its
@@ -307,8 +328,8 @@ def edit_entry(app: Celery, name: str, changed_by: str = "python-api",
         args=changes.get("args", old.args), kwargs=changes.get("kwargs", old.kwargs),
         options=changes.get("options", old.options), enabled=old.enabled,
         last_run_at=old.last_run_at, total_run_count=old.total_run_count, app=app,
-        policy=changes.get("policy", old.policy))
-    entry.save(changed_by=changed_by)
+        policy=changes.get("policy", old.policy), labels=changes.get("labels", old.labels))
+    entry.save(changed_by=changed_by, actor=actor)
     return entry
 
 
@@ -421,8 +442,10 @@ def export_entries(app: Celery) -> dict[str, Any]:
             continue  # a member with no hash (another type at its key, or deleted): no entry
         record: dict[str, Any] = {"name": info.name, "score": info.score,
                                   "static": info.static}
-        for name in (DEFINITION, META, POLICY):
+        for name in (DEFINITION, META, POLICY, LABELS, CREATED):
             raw = info.fields.get(name)
+            if raw is None and name in (LABELS, CREATED):
+                continue  # added by this release: absent from records that have none
             if name == DEFINITION and raw is not None:
                 raw = legacy.real_text(raw)  # not the stub celery-redbeat 2.4.2 is shown
             try:
@@ -509,6 +532,7 @@ def import_entries(app: Celery, document: dict[str, Any], dry_run: bool = False,
         definition = _field_text(record.get(DEFINITION))
         meta = _field_text(record.get(META))
         policy = _field_text(record.get(POLICY))
+        labels = _field_text(record.get(LABELS))
         if definition is None:
             raise ValueError(f"entry {name!r} has no definition")
         # stored as save() stores it: in a stub if celery-redbeat 2.4.2 cannot read it
@@ -517,12 +541,16 @@ def import_entries(app: Celery, document: dict[str, Any], dry_run: bool = False,
         current = existing.get(name)
         if current and current.fields.get(DEFINITION) == definition and \
                 current.fields.get(META) == meta and current.score == score and \
-                current.fields.get(POLICY) == policy:
+                current.fields.get(POLICY) == policy and current.fields.get(LABELS) == labels:
             plan.unchanged.append(name)
             continue
         (plan.updated if current else plan.created).append(name)
+        changed = changed_json("import")
         writes += [("hset", (key, DEFINITION, definition)),
-                   ("hset", (key, CHANGED, changed_json("import")))]
+                   ("hset", (key, CHANGED, changed)),
+                   ("hsetnx", (key, CREATED, _field_text(record.get(CREATED)) or changed)),
+                   ("hdel", (key, LABELS)) if labels is None
+                   else ("hset", (key, LABELS, labels))]
         if meta is not None:
             writes.append(("hset", (key, META, meta)))
         writes.append(("hdel", (key, POLICY)) if policy is None
@@ -561,38 +589,6 @@ def due_entries(app: Celery, now: float, limit: int = PAGE) -> list[RedBeatSched
 QUARANTINE_SAMPLE = 50
 
 
-@dataclass(frozen=True)
-class Pause:
-    """Who paused the whole schedule, and when (None when the record cannot be read:
-    it is paused all the same, since the tick checks only that the key exists)."""
-
-    by: str
-    at: datetime | None
-
-    @classmethod
-    def read(cls, raw: str) -> Pause:
-        try:
-            record = json.loads(raw)
-            return cls(str(record.get("by", "?")),
-                       datetime.fromtimestamp(float(record["at"]), tz=timezone.utc))
-        except (ValueError, TypeError, KeyError, AttributeError, RecursionError,
-                OverflowError, OSError):
-            return cls("?", None)
-
-
-def pause(app: Celery, by: str = "python-api") -> None:
-    """Pause the whole schedule: the leader keeps the lock and its heartbeat and sends
-    nothing (a due slot waits, then runs as its misfire policy says: by default one
-    catch-up run once resumed; a held slot or a run now is sent once resumed). Honoured
-    by redbeat's beat; celery-redbeat 2.4.2 nodes do not know the flag."""
-    store_for(app).set_paused(json.dumps({"by": by, "at": time.time()}))
-
-
-def resume(app: Celery) -> None:
-    """Take back :func:`pause`: the leader's next tick sends what is due."""
-    store_for(app).set_paused(None)
-
-
 @dataclass
 class Status:
     lock_holder: str | None
@@ -612,12 +608,6 @@ class Status:
     #: Redis's clock when read (epoch seconds; the caller's ``now`` when it cannot be
     #: read): what heartbeat ages are measured against, so no host's clock skews them
     server_time: float
-    #: Why Redis refuses writes now (out of memory under noeviction), or None
-    refuses_writes: str | None = None
-    #: Why the schedule can vanish now (an allkeys-* policy that has evicted keys), or None
-    evicting: str | None = None
-    #: while the schedule is paused: who paused it and when (``pause``), else None
-    paused: Pause | None = None
 
 
 def status(app: Celery, now: float | None = None, upcoming: int = 5,
@@ -652,16 +642,12 @@ def status(app: Celery, now: float | None = None, upcoming: int = 5,
         redis_version=server.get("redis_version", "?") if isinstance(server, dict) else "?",
         eviction_policy=policy.get("maxmemory-policy") if isinstance(policy, dict) else None,
         server_time=now if read["time"] is None else read["time"],
-        refuses_writes=refusing_writes(read["memory"]),
-        evicting=evicting(read["memory"], read["stats"]),
-        paused=Pause.read(read["paused"]) if read["paused"] is not None else None,
     )
 
 
-
 __all__ = [
-    "EntryInfo", "EntryNotFound", "ImportPlan", "InvalidEntry", "Pause", "Release",
-    "pause", "resume", "delete_entry", "quarantined_entries", "release_quarantined",
+    "EntryInfo", "EntryNotFound", "ImportPlan", "InvalidEntry", "Release",
+    "delete_entry", "quarantined_entries", "release_quarantined",
     "due_entries", "edit_entry", "entry_info", "export_entries", "get_entry", "import_entries",
     "iter_entries", "list_entries", "outcome_record", "run_now", "run_outcomes", "set_enabled", "status",
 ]

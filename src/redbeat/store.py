@@ -26,8 +26,10 @@ from .failures import failure_json
 from .heartbeat import heartbeats
 from .keys import (
     CHANGED,
+    CREATED,
     DEFINITION,
     FAILURES,
+    LABELS,
     META,
     MISFIRES,
     PARKED_SCORE,
@@ -112,11 +114,6 @@ def _raise_error(*replies: Any) -> None:
             raise reply
 
 
-def _dict_or_empty(reply: Any) -> dict[str, Any]:
-    """A dict reply of a pipeline run without raising, or {} for its error."""
-    return reply if isinstance(reply, dict) else {}
-
-
 def _hash_or_empty(reply: Any) -> dict[str, str]:
     return dict(_or_absent(reply, {}))
 
@@ -142,11 +139,6 @@ class Fetch:
     status: FetchStatus
     #: Redis's clock when tick.lua ran (epoch seconds): what the node's clock is set by
     server_time: float
-    #: Why Redis refused this node's writes (its heartbeat, or taking a free lock): an
-    #: OOM error under noeviction; None when it wrote them
-    refused: str | None = None
-    #: Keys Redis has evicted since it started (INFO's evicted_keys; read when leading)
-    evicted_keys: int | None = None
     holder: str | None = None
     holder_ttl_ms: int | None = None
     next_score: float | None = None
@@ -167,6 +159,21 @@ class StaticWrite:
     score: float
     changed: str
     policy: str | None = None  # the ``policy`` field; None: none (an old one is removed)
+    #: the ``labels`` field as :meth:`ScheduleStore.save` takes it (None: kept)
+    labels: str | None = None
+
+
+class Save(NamedTuple):
+    """One entry's write, as :meth:`ScheduleStore.save` takes it."""
+
+    key: str
+    definition: str
+    meta: str
+    score: float
+    changed: str
+    policy: str | None = None
+    rescore: Callable[[str | None], float] | None = None
+    labels: str | None = None
 
 
 class HistoryUnreadable(Exception):
@@ -289,23 +296,21 @@ class ScheduleStore:
         reply = self._run(
             "tick",
             [self.keys.schedule, lock_key, self.keys.pending, self.keys.nodes,
-             self.keys.held_definitions, self.keys.paused],
+             self.keys.held_definitions],
             [repr(now), batch, token, timeout_ms, node_id],
         )
-        status, (server_time, refused, *payload) = reply
+        status, (server_time, *payload) = reply
         if status == "standby":
             holder, ttl = payload
-            return Fetch("standby", float(server_time), refused, holder=holder or None,
-                         holder_ttl_ms=int(ttl))
+            return Fetch("standby", float(server_time), holder=holder, holder_ttl_ms=int(ttl))
         if status == "acquired":
-            return Fetch("acquired", float(server_time), refused)
+            return Fetch("acquired", float(server_time))
         if status != "leader":
             raise ResponseError(f"tick.lua replied with the unknown status {status!r}")
-        evicted, next_score, flat_pending, rows_json, flat_held, flat_policies = payload
+        next_score, flat_pending, rows_json, flat_held, flat_policies = payload
         rows = [Row(key, float(score), *fields)
                 for key, score, *fields in json.loads(rows_json) or ()]
-        return Fetch("leader", float(server_time), refused,
-                     evicted_keys=None if evicted is None else int(evicted),
+        return Fetch("leader", float(server_time),
                      next_score=None if next_score is None else float(next_score),
                      pending=pairs(flat_pending), rows=rows, held=pairs(flat_held),
                      policies=pairs(flat_policies))
@@ -458,7 +463,8 @@ class ScheduleStore:
         lease: Lease | None,
     ) -> None:
         entries = json.dumps([[w.key, w.name, w.definition, w.meta, repr(w.score), w.changed,
-                               w.policy or ""] for w in writes], ensure_ascii=False)
+                               w.policy or "", w.labels or ""] for w in writes],
+                             ensure_ascii=False)
         gone = json.dumps([list(pair) for pair in removed], ensure_ascii=False)
         lock_key, token, _ = self._lease_args(lease)
         keys = [self.keys.schedule, lock_key, self.keys.statics]
@@ -468,12 +474,17 @@ class ScheduleStore:
 
     def load(self, key: str) -> tuple[str | None, str | None, str | None]:
         """An entry's definition, meta and policy."""
+        return self.load_fields(key)[:3]  # type: ignore[return-value]
+
+    def load_fields(self, key: str) -> tuple[str | None, ...]:
+        """An entry's definition, meta, policy and labels, in one round trip."""
         return tuple(self.retry.call(
-            lambda: self.client.hmget(key, DEFINITION, META, POLICY)))
+            lambda: self.client.hmget(key, DEFINITION, META, POLICY, LABELS)))
 
     def save(self, key: str, definition: str, meta: str, score: float, changed: str,
              policy: str | None = None,
-             rescore: Callable[[str | None], float] | None = None) -> None:
+             rescore: Callable[[str | None], float] | None = None,
+             labels: str | None = None) -> None:
         """Definition always, meta only when absent (a re-save keeps the run history);
         the policy field only for entries that have one; atomically, in one round trip
         (save.lua) when nothing stored contradicts ``score``.
@@ -483,18 +494,59 @@ class ScheduleStore:
         stored definition and policy are these and the stored score is kept. Otherwise
         the script writes nothing and names the stored meta, and ``rescore(stored meta)``
         gives the score to write while that meta is still the stored one (one more round
-        trip, again if a tick wrote in between)."""
-        follows, expected = "1" if rescore is not None else "", ""
-        while True:
-            reply = self._run("save", [key, self.keys.schedule],
-                              [definition, meta, repr(score), changed, policy or "", follows,
-                               expected])
-            if reply.status == "ok":
-                return
-            if reply.status != "meta" or rescore is None:
-                raise ResponseError(f"save.lua replied {reply!r}")
-            stored = reply.payload[0]
-            score, expected = rescore(stored), "" if stored is None else f"={stored}"
+        trip, again if a tick wrote in between).
+
+        ``labels``: the labels field's text, ``[]`` to remove it, None to keep it."""
+        self.save_many([Save(key, definition, meta, score, changed, policy, rescore, labels)])
+
+    def save_many(self, saves: Sequence[Save], chunk: int = 500) -> None:
+        """:meth:`save` for many entries, ``chunk`` scripts per round trip (a change by
+        label to thousands of entries); each save stays atomic on its own. One save is
+        one script call: a pipeline of scripts first asks whether they are loaded."""
+        for first in range(0, len(saves), chunk):
+            part = saves[first:first + chunk]
+            if len(part) == 1:
+                replies = [self._run("save", [part[0].key, self.keys.schedule],
+                                     self._save_args(part[0], part[0].score, ""))]
+            else:
+                replies = [script_reply("save", raw) for raw in self._pipelined(
+                    lambda pipe, part=part: [  # type: ignore[misc]
+                        self._scripts["save"](keys=[s.key, self.keys.schedule],
+                                              args=self._save_args(s, s.score, ""),
+                                              client=pipe)
+                        for s in part])]
+            for request, reply in zip(part, replies, strict=True):
+                while reply.status == "meta" and request.rescore is not None:
+                    stored = reply.payload[0]
+                    reply = self._run("save", [request.key, self.keys.schedule],
+                                      self._save_args(request, request.rescore(stored),
+                                                      "" if stored is None else f"={stored}"))
+                if reply.status != "ok":
+                    raise ResponseError(f"save.lua replied {reply!r}")
+
+    @staticmethod
+    def _save_args(request: Save, score: float, expected: str) -> list[str]:
+        return [request.definition, request.meta, repr(score), request.changed,
+                request.policy or "", "1" if request.rescore is not None else "", expected,
+                request.labels or ""]
+
+    def field_window(self, start: int, stop: int, field: str) -> list[tuple[str, str]]:
+        """``field`` of the schedule's members ranked ``start`` to ``stop`` ("" where the
+        hash has none), in one round trip (view_metas.lua)."""
+        return [tuple(row) for row in json.loads(  # type: ignore[misc]
+            self._run("view_metas", [self.keys.schedule], [start, stop, field]).payload[0])]
+
+    def delete_many(self, entries: Sequence[tuple[str, str]], chunk: int = 500) -> int:
+        """:meth:`delete_entry` for many ``(key, name)`` pairs, ``chunk`` per round trip;
+        how many held an entry."""
+        deleted = 0
+        for first in range(0, len(entries), chunk):
+            part = entries[first:first + chunk]
+            replies = self._pipelined(lambda pipe, part=part: [  # type: ignore[misc]
+                self._scripts["remove"](keys=[key, self.keys.schedule, self.keys.statics],
+                                        args=[name], client=pipe) for key, name in part])
+            deleted += sum(script_reply("remove", raw).status == "ok" for raw in replies)
+        return deleted
 
     def write_meta(self, key: str, meta: str, score: float) -> None:
         def write() -> None:
@@ -651,14 +703,23 @@ class ScheduleStore:
     def append_outcomes(self, reports: Sequence[tuple[str, dict[str, Any]]], keep: int,
                         left_alone: Iterable[str] = ()) -> None:
         """Runs beat gave up on (their ``run`` field already written by the commit): one
-        outcome record each and their failed-run counts, in one script call; none for
-        the entries in ``left_alone`` (the commit skipped them: edited since the read)."""
+        outcome record each and their failed-run counts, in one pipeline; none for the
+        entries in ``left_alone`` (the commit skipped them: edited since the read)."""
         skipped = set(left_alone)
-        given = [{**report, "key": key} for key, report in reports if key not in skipped]
-        if given:
-            self._run("outcome", [self.keys.schedule, self.keys.outcomes,
-                                  self.keys.failing_runs, self.keys.schedule],
-                      ["append", json.dumps(given, ensure_ascii=False), keep, "0"])
+        reports = [(key, report) for key, report in reports if key not in skipped]
+        if not reports:
+            return
+        script = self._scripts["outcome"]
+
+        def send() -> None:
+            with self.client.pipeline(transaction=False) as pipe:
+                for key, report in reports:
+                    script(keys=[key, self.keys.outcomes, self.keys.failing_runs,
+                                 self.keys.schedule],
+                           args=["append", json.dumps(report, ensure_ascii=False), keep, "0"],
+                           client=pipe)
+                pipe.execute()
+        self.retry.call(send)
 
     def failing_runs(self, at_least: int) -> list[tuple[str, int]]:
         """Entries whose last ``at_least`` runs (or more) failed, with how many in a row."""
@@ -691,8 +752,7 @@ class ScheduleStore:
         EVALSHA: a pipeline cannot reload a script the server lost, and this is no hot path."""
         keys = self.keys
         (holder, ttl, total, overdue, oldest, following, parked, waiting, parked_sample,
-         pending, nodes, server, policy, clock, memory, stats,
-         paused) = self._pipelined(lambda pipe: (
+         pending, nodes, server, policy, clock) = self._pipelined(lambda pipe: (
             pipe.get(keys.lock), pipe.pttl(keys.lock), pipe.zcard(keys.schedule),
             pipe.zcount(keys.schedule, "(0", now),  # score 0: waiting, not overdue
             pipe.zrangebyscore(keys.schedule, "(0", now, start=0, num=1, withscores=True),
@@ -702,28 +762,18 @@ class ScheduleStore:
             pipe.zcount(keys.schedule, 0, 0),
             pipe.eval(load_script("parked_sample"), 1, keys.schedule, sample),
             pipe.hlen(keys.pending), pipe.hgetall(keys.nodes), pipe.info("server"),
-            pipe.config_get("maxmemory-policy"),  # an ACL may refuse these five: not fatal
-            pipe.time(), pipe.info("memory"), pipe.info("stats"),
-            pipe.get(keys.paused),
+            pipe.config_get("maxmemory-policy"),  # an ACL may refuse these three: not fatal
+            pipe.time(),
         ), raise_on_error=False)
         _raise_error(holder, ttl, total, overdue, oldest, following, parked, waiting,
-                     parked_sample, pending, nodes, paused)
+                     parked_sample, pending, nodes)
         sampled = script_reply("parked_sample", parked_sample).payload
         reasons = list(zip(sampled[0::2], sampled[1::2], strict=True))
         return {"holder": holder, "ttl": ttl, "total": total, "overdue": overdue,
                 "oldest": oldest, "following": following, "parked": parked, "waiting": waiting,
                 "reasons": [(key, reason or None) for key, reason in reasons],
                 "pending": pending, "nodes": nodes, "server": server, "policy": policy,
-                "time": clock[0] + clock[1] / 1e6 if isinstance(clock, tuple) else None,
-                "memory": _dict_or_empty(memory), "stats": _dict_or_empty(stats),
-                "paused": paused}
-
-    def set_paused(self, record: str | None) -> None:
-        """Pause the schedule (``record``: who and when, JSON) or resume it (None)."""
-        if record is None:
-            self.retry.call(lambda: self.client.delete(self.keys.paused))
-        else:
-            self.retry.call(lambda: self.client.set(self.keys.paused, record))
+                "time": clock[0] + clock[1] / 1e6 if isinstance(clock, tuple) else None}
 
     # -- ordered views (redbeat.browse, the web view) -------------------------------------
     # Every read here is bounded: a rank window or a score count is O(log N + window) in
@@ -764,7 +814,8 @@ class ScheduleStore:
     def view_rows(self, keys: Sequence[str]) -> list[tuple[dict[str, str], float | None, bool]]:
         """For each key: the entry's fields a table shows (its history left out), its
         schedule score and whether it is a static; one round trip."""
-        wanted = (DEFINITION, META, POLICY, QUARANTINE, FAILURES, MISFIRES, CHANGED, RUN)
+        wanted = (DEFINITION, META, POLICY, QUARANTINE, FAILURES, MISFIRES, CHANGED, RUN,
+                  CREATED, LABELS)
         replies = self._pipelined(lambda pipe: [
             (pipe.hmget(key, *wanted), pipe.zscore(self.keys.schedule, key),
              pipe.sismember(self.keys.statics, self.keys.name_of(key))) for key in keys],
@@ -804,8 +855,7 @@ class ScheduleStore:
         scratch = self.keys.view_by_last_run_building
         self.retry.call(lambda: self.client.delete(scratch))
         start = 0
-        while rows := json.loads(self._run("view_metas", [self.keys.schedule],
-                                           [start, start + chunk - 1]).payload[0]):
+        while rows := self.field_window(start, start + chunk - 1, "meta"):
             self._add(scratch, {key: score_of(key, meta or None) for key, meta in rows})
             start += chunk
         target = self.keys.view_by_last_run

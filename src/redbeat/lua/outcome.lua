@@ -9,12 +9,10 @@
 -- KEYS[3] - failing-runs sorted set (entry key -> failed runs in a row)
 -- KEYS[4] - schedule sorted set (the entry's score, lowered when beat waits for the run)
 -- ARGV[1] - 'start' (a worker began the run), 'finish' (it ended: success, failure,
---           retry, revoked, lost) or 'append' (beat gave up on runs and wrote their run
---           fields itself: only the stream and the counts; KEYS[1] unused)
+--           retry, revoked, lost) or 'append' (beat gave up on it and wrote the run
+--           field itself: only the stream and the count)
 -- ARGV[2] - the report, one JSON object: task_id, due_ms, state, and when known worker,
---           runtime (seconds, measured by the worker), error (one line), started; for
---           'append' a JSON list of them, each with its entry's 'key' (written as a value
---           and a member only, never touched as a key)
+--           runtime (seconds, measured by the worker), error (one line), started
 -- ARGV[3] - records the outcomes stream keeps (0: none written)
 -- ARGV[4] - seconds a silent run counts as running (the worker's redbeat_lost_after;
 --           the entry's policy 'lost_after' wins)
@@ -39,10 +37,9 @@ local function present(value)
   return value ~= nil and value ~= cjson.null
 end
 
-local function append(record, outcome, key)
-  key = key or KEYS[1]
+local function append(record, outcome)
   if keep > 0 then
-    local fields = {'key', key, 'task_id', tostring(record.task_id),
+    local fields = {'key', KEYS[1], 'task_id', tostring(record.task_id),
                     'due_ms', string.format('%d', record.due_ms), 'outcome', outcome}
     for _, name in ipairs({'started', 'finished', 'runtime', 'worker', 'error'}) do
       if present(record[name]) then
@@ -54,16 +51,14 @@ local function append(record, outcome, key)
     redis.pcall('XADD', KEYS[2], 'MAXLEN', '~', keep, '*', unpack(fields))
   end
   if outcome == 'failure' or outcome == 'lost' then
-    redis.call('ZINCRBY', KEYS[3], 1, key)
+    redis.call('ZINCRBY', KEYS[3], 1, KEYS[1])
   elseif outcome == 'success' then
-    redis.call('ZREM', KEYS[3], key)
+    redis.call('ZREM', KEYS[3], KEYS[1])
   end
 end
 
 if kind == 'append' then
-  for _, each in ipairs(report) do
-    append(each, each.state, each.key)
-  end
+  append(report, report.state)
   return {'ok', 'appended'}
 end
 if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then

@@ -15,6 +15,11 @@
 --           (a parked entry, a score the caller set)
 -- ARGV[7] - after a 'meta' reply: '=' and the stored meta the caller worked the score
 --           out from (it holds while that meta is still the stored one); '' otherwise
+-- ARGV[8] - the labels field: '' keeps the stored one (the caller did not name any),
+--           '[]' removes it, any other text is written
+--
+-- The 'changed' record is also written as 'created' when the hash is new, so an entry
+-- says who first wrote it (entries of earlier releases have no 'created').
 --
 -- A stored meta of another run history is the history the score must follow. If the
 -- definition and the policy are the stored ones, unquarantined and scheduled, the stored
@@ -47,6 +52,14 @@ if ARGV[6] == '1' then
     end
     score = current
   end
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'created', ARGV[4])
+end
+if ARGV[8] == '[]' then
+  redis.call('HDEL', KEYS[1], 'labels')
+elseif ARGV[8] ~= '' then
+  redis.call('HSET', KEYS[1], 'labels', ARGV[8])
 end
 if ARGV[5] == '' then
   redis.call('HSET', KEYS[1], 'definition', ARGV[1], 'changed', ARGV[4])

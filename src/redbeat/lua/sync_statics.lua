@@ -6,10 +6,13 @@
 -- KEYS[3] - statics set (entry names)
 -- ARGV[1] - lock token ('' when locking is disabled)
 -- ARGV[2] - the entries to write, one JSON array of
---           [key, name, definition JSON, meta JSON, score, changed JSON, policy JSON];
+--           [key, name, definition JSON, meta JSON, score, changed JSON, policy JSON,
+--           labels JSON];
 --           the meta is written only when the hash has none, so last_run_at and
 --           total_run_count survive; the score is a decimal string; an empty policy
---           removes the field (the static no longer sets one)
+--           removes the field (the static no longer sets one); labels as save.lua
+--           takes them ('' keeps the stored ones, '[]' removes them); the changed
+--           record is also the 'created' one of a hash written the first time
 -- ARGV[3] - the statics to remove, one JSON array of [key, name]
 --
 -- returns {'ok'}, or {'lost', holder|false} when another node holds the lock
@@ -22,6 +25,9 @@ end
 local scores, names = {}, {}
 for _, static in ipairs(cjson.decode(ARGV[2])) do
   local key = static[1]
+  if redis.call('EXISTS', key) == 0 then
+    redis.call('HSET', key, 'created', static[6])
+  end
   local written = redis.pcall('HSET', key, 'definition', static[3], 'changed', static[6])
   if type(written) == 'table' and written.err then
     redis.call('DEL', key)  -- not a hash: the configured entry replaces whatever it held
@@ -32,6 +38,11 @@ for _, static in ipairs(cjson.decode(ARGV[2])) do
     redis.call('HSET', key, 'policy', static[7])
   else
     redis.call('HDEL', key, 'policy')
+  end
+  if static[8] == '[]' then
+    redis.call('HDEL', key, 'labels')
+  elseif static[8] ~= '' then
+    redis.call('HSET', key, 'labels', static[8])
   end
   redis.call('HDEL', key, 'quarantine')
   scores[#scores + 1] = static[5]
