@@ -366,11 +366,10 @@ class Bench:
         (HERE / "results.json").write_text(json.dumps(self.results, indent=1, default=str))
         text = report(self.results, self.args)
         results = HERE / "RESULTS.md"
-        import e2e  # noqa: PLC0415 - its section, at the top of the file, is kept too
+        import sections  # noqa: PLC0415 - the other benchmarks' sections are kept too
 
-        top = e2e.section_of(results.read_text()) if results.exists() else ""
         text += kept_section(results)
-        results.write_text(e2e.splice(text, top) if top.strip() else text)
+        results.write_text(sections.keep(results.read_text() if results.exists() else "", text))
         print(text)
 
 

@@ -30,10 +30,10 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (benchmarks/bench.py)
 import dataset  # noqa: E402
+import sections  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
-START, END = "<!-- e2e: written by benchmarks/e2e.py -->", "<!-- /e2e -->"
 
 
 def rabbitmq_up(url: str) -> bool:
@@ -169,29 +169,8 @@ class EndToEnd(bench.Bench):
         section = report(self.results, args)
         target = HERE / "RESULTS.md"
         old = target.read_text() if target.exists() else "# Benchmark results\n"
-        target.write_text(splice(old, section))
+        target.write_text(sections.splice(old, "e2e", section))
         print(section)
-
-
-def splice(text: str, section: str) -> str:
-    """``text`` (RESULTS.md) with the end-to-end section replaced, or put right after
-    the title and its list of the machine and versions."""
-    block = f"{START}\n{section.strip()}\n{END}\n\n"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        return head + block + rest.split(END, 1)[1].lstrip("\n")
-    lines = text.splitlines(keepends=True)
-    at = 1
-    while at < len(lines) and (lines[at].startswith("- ") or not lines[at].strip()):
-        at += 1
-    return "".join(lines[:at]) + "\n" + block + "".join(lines[at:])
-
-
-def section_of(text: str) -> str:
-    """The end-to-end section of ``text``, for bench.py to keep."""
-    if START in text and END in text:
-        return text.split(START, 1)[1].split(END, 1)[0]
-    return ""
 
 
 def pooled(r: dict[str, Any], key: str, impl: str) -> list[float]:

@@ -217,3 +217,32 @@ def test_the_publish_timeout_reaches_the_dispatcher_and_the_broker_sockets(
     assert scheduler.dispatcher.publish_timeout == timeout
     options = scheduler.connection.transport_options
     assert options["socket_timeout"] == options["socket_connect_timeout"] == timeout
+
+
+def mutable_class_state(cls: type) -> dict[str, object]:
+    """The class attributes of ``cls`` (its own, not Celery's) that hold mutable data:
+    state both threads could touch through the class."""
+    immutable = (int, float, str, bytes, bool, tuple, frozenset, type(None), type)
+    return {name: value for name, value in vars(cls).items()
+            if not name.startswith("__") and not callable(value)
+            and not isinstance(value, (property, staticmethod, classmethod, *immutable))
+            and not hasattr(value, "__get__")}
+
+
+@pytest.mark.parametrize("cls", [Dispatcher, RedBeatScheduler])
+def test_no_mutable_state_lives_on_the_class(cls):
+    assert mutable_class_state(cls) == {}
+
+
+def test_celerys_connection_and_producer_are_the_dispatchers(redis_server):
+    app = make_app(redis_server.url, broker_url=redis_server.url)
+    scheduler = RedBeatScheduler(app)
+    assert scheduler.connection is scheduler.dispatcher.connection
+    producer = scheduler.producer
+    assert producer is scheduler.dispatcher.producer and producer.connection is not None
+    replacement = app.amqp.Producer(scheduler.connection, auto_declare=False)
+    scheduler.producer = replacement  # assignable, as Celery's cached property is
+    assert scheduler.dispatcher.producer is replacement
+    del scheduler.producer  # and forgotten: the next read connects afresh
+    assert scheduler.producer is not replacement
+    scheduler.close()

@@ -153,6 +153,8 @@ def test_meta_fast_paths_agree_with_the_codec():
         slow = plain_json.dumps({"last_run_at": decoder.tagged(as_utc_zone(moment)),
                                  "total_run_count": count})
         assert meta_json(moment, count) == slow
+        assert meta_json(moment) == plain_json.dumps(  # what a save writes
+            {"last_run_at": decoder.tagged(as_utc_zone(moment))})
         assert parse_meta("k", slow) == (moment, count)
         by_codec = decoder.loads(slow)
         assert (by_codec["last_run_at"], by_codec["total_run_count"]) == (moment, count)
@@ -162,3 +164,16 @@ def test_meta_fast_paths_agree_with_the_codec():
              '"hour": 11, "minute": 45, "second": 25, "microsecond": 23355, "timezone": "UTC"}}'
     assert parse_meta("k", dumped) == (datetime(2026, 11, 22, 11, 45, 25, 23355,
                                                 tzinfo=timezone.utc), 0)
+
+
+def test_the_changed_field_is_the_json_of_its_object():
+    import json as plain_json
+
+    from redbeat.entry import changed_json, node_name
+
+    for by in ("python-api", "cli", 'a "quoted"\\ \u00e9 \u2028 name'):
+        text = changed_json(by)
+        parsed = plain_json.loads(text)
+        assert text == plain_json.dumps(parsed)
+        assert (parsed["by"], parsed["node"]) == (by, node_name())
+        assert isinstance(parsed["at"], int)

@@ -180,8 +180,8 @@ PLANS = [
      row("a", clocked(t(0)), None, T.timestamp(), ttl=30), t(1), None, ([0], -1, 30)),
     ("finished before running: parked with its ttl",
      row("a", 10.0, t(-10), 0, end_time=t(-5), ttl=30), t(0), None, ([], -1, 30)),
-    ("disabled: parked", row("a", 10.0, t(-10), 0, enabled=False), t(0), None,
-     ([], -1, 0)),
+    ("disabled: nothing sent, scored at its next time after now (read once per slot)",
+     row("a", 10.0, t(-10), 0, enabled=False), t(0), None, ([], 10, 0)),
 ]
 
 

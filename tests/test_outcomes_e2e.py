@@ -9,6 +9,9 @@ same tasks as before."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -229,3 +232,33 @@ def test_a_killed_worker_releases_an_entry_after_its_bound(tmp_path, redis_serve
     assert float(first_success["started"]) >= float(killed.started) + 4 - 0.5
     misfires = json.loads(client.hget("redbeat:held", "misfires"))
     assert misfires["overlap"] >= 2
+
+
+def test_a_prefork_child_killed_mid_task_is_recorded_lost_at_once(tmp_path, redis_server):
+    """The pool's main process reports what its dead child cannot (task_failure with
+    WorkerLostError): the run is lost at once, not after the bound."""
+    client = redis_server.client()
+    app = make_app(redis_server.url)
+    client.set(HANG, 1)
+    RedBeatSchedulerEntry("child", "beatapp.sleep", 2, args=["child", -1], app=app,
+                          last_run_at=datetime.now(timezone.utc) - timedelta(seconds=2),
+                          overlap="skip").save()
+    cluster = Cluster(tmp_path, redis_server.url, redis_server.url[:-1] + "1",
+                      redbeat_worker_outcomes=True)
+    try:
+        cluster.beat("beat")
+        worker = cluster.worker("w1", pool="prefork")
+        wait_until(lambda: (run_of(client, "child") or RunRecord("", 0, "queued", 0)).state
+                   == "running", 60, "the run started")
+        running = run_of(client, "child")
+        children = subprocess.run(["ps", "-o", "pid=", "--ppid", str(worker.pid)],
+                                  capture_output=True, text=True, check=True).stdout.split()
+        assert len(children) == 1, children
+        os.kill(int(children[0]), signal.SIGKILL)
+        wait_until(lambda: any(o["outcome"] == "lost" and o["task_id"] == running.task_id
+                               for o in outcomes(client, "child")), 60, "the run lost")
+        client.delete(HANG)
+    finally:
+        cluster.stop()
+    lost = next(o for o in outcomes(client, "child") if o["outcome"] == "lost")
+    assert lost["error"].startswith("WorkerLostError")

@@ -5,6 +5,7 @@ when reports arrive late, twice, or for an entry that is gone."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -99,3 +100,47 @@ def test_nothing_is_written_for_an_entry_that_is_gone(app):
     store = store_for(app)
     assert report(store, "start", 1000, "running") == "gone"
     assert not store.client.exists("redbeat:job", "redbeat::outcomes")
+
+
+def test_runs_beat_gave_up_on_are_appended_in_one_call(app, entry):
+    store, client = store_for(app), store_for(app).client
+    RedBeatSchedulerEntry("other", "tasks.job", 60, app=app).save()
+    store.append_outcomes([("redbeat:job", {"task_id": "job:1", "due_ms": 1, "state": "lost"}),
+                           ("redbeat:other", {"task_id": "other:1", "due_ms": 1,
+                                              "state": "lost"}),
+                           ("redbeat:gone", {"task_id": "gone:1", "due_ms": 1,
+                                             "state": "lost"})], 100, {"redbeat:gone"})
+    assert outcomes(client) == [("job:1", "lost"), ("other:1", "lost")]
+    assert client.zscore("redbeat::failing-runs", "redbeat:other") == 1
+    assert client.hget("redbeat:job", RUN) is None  # the commit writes the field, not this
+
+
+def test_on_redis_cluster_every_outcome_key_shares_the_schedules_slot():
+    """With a hash-tagged prefix, the worker's reports, beat's watched read and commit,
+    and the lost records all run as scripts on the one slot of the schedule."""
+    from conftest import make_app
+    from support.deployments import ClusterDeployment
+    from support.recording import Recording
+
+    deployment = ClusterDeployment().start()
+    try:
+        app = make_app(deployment.url, redbeat_key_prefix="{redbeat}:", redbeat_lost_after=60)
+        RedBeatSchedulerEntry("c", "tasks.c", 1, app=app, overlap="skip").save()
+        scheduler = Recording(app)
+        for _ in range(200):
+            time.sleep(max(0.0, min(scheduler.tick(), 0.2)))
+            if scheduler.task_ids:
+                break
+        (task_id,) = scheduler.task_ids[:1]
+        store, key = store_for(app), "{redbeat}:c"
+        due_ms = int(task_id.rsplit(":", 1)[1])
+        assert RunRecord.parse(store.client.hget(key, RUN)).state == "queued"
+        base = {"task_id": task_id, "due_ms": due_ms, "worker": "w"}
+        assert store.report_run(key, "start", {**base, "state": "running"}, 100, 60) == "run"
+        assert store.report_run(key, "finish", {**base, "state": "success"}, 100, 60) == "run"
+        store.append_outcomes([(key, {**base, "state": "lost"})], 100)
+        assert [f["outcome"] for _, f in store.client.xrange("{redbeat}::outcomes")] == [
+            "success", "lost"]
+        scheduler.close()
+    finally:
+        deployment.stop()

@@ -128,3 +128,17 @@ def test_the_entry_label_is_bounded():
     entries = {entry for entry, _ in counts.outcomes}
     assert len(entries) == ENTRY_LABELS + 1 and OTHER_ENTRIES in entries
     assert counts.outcomes[(OTHER_ENTRIES, "success")] == ENTRY_LABELS * 2
+
+
+def test_the_web_views_entry_page_shows_the_runs(redis_server):
+    from redbeat.web import create_app
+
+    app = make_app(redis_server.url)
+    RedBeatSchedulerEntry("job", "tasks.job", 60, app=app).save()
+    RedBeatSchedulerEntry("quiet", "tasks.q", 60, app=app).save()
+    report(app, "job", 1000, "failure", runtime=0.25, error="ValueError: <boom>")
+    client = create_app(app).test_client()
+    page = client.get("/entry?name=job").get_data(as_text=True)
+    assert "Latest: failure in 0.25 s on celery@w1: ValueError: &lt;boom&gt;" in page
+    assert 'id="outcomes"' in page and "0.25 s" in page
+    assert 'id="no-outcomes"' in client.get("/entry?name=quiet").get_data(as_text=True)

@@ -297,3 +297,54 @@ def test_delivery_tags_are_distinct_version_4_uuids_as_kombu_writes_them():
     assert len(set(tags)) == 2000 and [str(u) for u in parsed] == tags
     assert {(u.version, u.variant) for u in parsed} == {(4, uuid.RFC_4122)}
     assert publish.delivery_tags(0) == []
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_template_makes_the_message_the_builder_makes(scheduler, case):
+    """Slot after slot of one entry, the template's message is the one built afresh for
+    that task id (the tag apart); where the message carries times (countdown, expires),
+    no template stands for it."""
+    task, options = CASES[case]
+    entry = RedBeatSchedulerEntry("e", task, 60, args=[1], kwargs={"y": "e:1"},
+                                  options=options, app=scheduler.app)
+    channel = scheduler.producer.channel
+    templates = publish.Templates()
+    timed = "countdown" in options or "expires" in options
+    for task_id in ("e:1", 'e"2\\', "e:3"):
+        builder = publish.Builder(scheduler.app)
+        ours = templates.outgoing(builder, channel, entry, task_id, "a-tag")
+        built = builder.seal(builder.draft(entry, task_id))
+        built.wire = publish._redis_wire(channel, built, "a-tag")
+        if timed:  # the instants it was built at apart
+            assert comparable(json.loads(ours.wire[0])) == comparable(json.loads(built.wire[0]))
+        else:
+            assert ours.wire[0] == built.wire[0]
+        assert (ours.task_id, ours.headers["id"], ours.properties["correlation_id"]) == \
+            (task_id, task_id, task_id)
+        assert json.loads(ours.wire[0])["properties"]["delivery_tag"] == "a-tag"
+        assert ours.wire[1] == built.wire[1]
+    assert bool(templates.known) == (not timed)
+
+
+def test_an_edited_or_lazy_entry_is_not_sent_from_an_old_template(scheduler):
+    from celery.beat import BeatLazyFunc
+
+    channel = scheduler.producer.channel
+    templates = publish.Templates()
+    builder = publish.Builder(scheduler.app)
+
+    def args_of(message: publish.Outgoing) -> list:
+        return json.loads(base64.b64decode(json.loads(message.wire[0])["body"]))[0]
+
+    entry = RedBeatSchedulerEntry("e", "tasks.plain", 60, args=[1], app=scheduler.app)
+    assert args_of(templates.outgoing(builder, channel, entry, "e:1", "t")) == [1]
+    edited = RedBeatSchedulerEntry("e", "tasks.plain", 60, args=[2], app=scheduler.app)
+    assert args_of(templates.outgoing(builder, channel, edited, "e:2", "t")) == [2]
+    edited.args[0] = 3  # changed in place: its items are compared too
+    assert args_of(templates.outgoing(builder, channel, edited, "e:3", "t")) == [3]
+    counter = iter(range(10))
+    lazy = RedBeatSchedulerEntry("lazy", "tasks.plain", 60,
+                                 args=[BeatLazyFunc(lambda: next(counter))], app=scheduler.app)
+    assert [args_of(templates.outgoing(builder, channel, lazy, f"lazy:{i}", "t"))
+            for i in range(2)] == [[0], [1]]
+    assert "lazy" not in templates.known

@@ -2,9 +2,9 @@
 tick and a real Redis, every dispatch compared with the independent oracle.
 
 See tests/sim/ (driver, oracle, cases, profiles); the long profile is
-``python -m tests.sim``. Budget: 35-50 s of wall time on two loaded cores. A case the
-core still gets wrong is marked ``xfail(strict=True)`` with the issue item: it fails
-the suite the day it is fixed, so the mark is removed then.
+``python -m tests.sim``. Budget: about 35 s of CPU, 45-70 s of wall time on two loaded
+cores. A case the core still gets wrong is marked ``xfail(strict=True)`` with the issue
+item: it fails the suite the day it is fixed, so the mark is removed then.
 """
 
 from __future__ import annotations

@@ -139,12 +139,13 @@ def test_every_request_needs_the_credentials_and_every_post_the_csrf_token(
     for path in ("/entries", "/entry?name=job", "/timeline", "/nodes", "/metrics"):
         assert fetch(server.url + path)[0] == 401, path
         assert fetch(server.url + path, headers=auth)[0] == 200, path
-    form = {"name": "job", "action": "disable"}
-    assert fetch(server.url + "/entry/action", form)[0] == 401
-    status, body = fetch(server.url + "/entry/action", form, headers=auth)
+    form = {"names": "job", "action": "disable", "confirm": "1"}
+    assert fetch(server.url + "/entries/act", form)[0] == 401
+    status, body = fetch(server.url + "/entries/act", form, headers=auth)
     assert status == 403 and "CSRF" in body
-    status, _ = fetch(server.url + "/entry/action", {**form, "csrf": "forged"}, headers=auth)
+    status, _ = fetch(server.url + "/entries/act", {**form, "csrf": "forged"}, headers=auth)
     assert status == 403
+    assert fetch(server.url + "/entries/act", headers=auth)[0] == 405  # a GET changes nothing
     assert fetch(server.url + "/entry?name=job&action=disable", headers=auth)[0] == 200
     assert manage.get_entry(app, "job").state == "enabled"  # nothing above changed it
     # the browser's form carries the session's token: that one is accepted
@@ -152,6 +153,7 @@ def test_every_request_needs_the_credentials_and_every_post_the_csrf_token(
     page = context.new_page()
     page.goto(server.url + "/entry?name=job")
     page.click("#action-disable")
+    page.click("#confirm")  # the confirmation page's form carries the token too
     assert page.inner_text("#state").startswith("disabled")
     assert manage.get_entry(app, "job").state == "disabled"
     context.close()
@@ -166,7 +168,8 @@ def test_read_only_mode_shows_no_action_and_refuses_changes(
     page.goto(server.url + "/entry?name=job")
     assert page.locator("form[method=post]").count() == 0
     assert "read-only" in page.inner_text("header")
-    status, body = fetch(server.url + "/entry/action", {"name": "job", "action": "delete"})
+    status, body = fetch(server.url + "/entries/act", {"names": "job", "action": "delete",
+                                                       "confirm": "1"})
     assert status == 403 and "read-only" in body
     # without credentials, only local names are served (no DNS rebinding)
     assert fetch(server.url + "/entries", headers={"Host": "attacker.example"})[0] == 403
@@ -267,8 +270,11 @@ def test_a_missing_entry_and_an_unknown_action_are_pages_saying_why(redis_server
     assert "Cannot do that" in missing.get_data(as_text=True)  # the view's error page
     with client.session_transaction() as session:
         session["csrf"] = "token"  # what a page with a form would have put there
-    refused = client.post("/entry/action",
-                          data={"name": "ghost", "action": "explode", "csrf": "token"})
+    refused = client.post("/entries/act",
+                          data={"names": "ghost", "action": "explode", "csrf": "token"})
     assert refused.status_code == 400
     assert "unknown action" in refused.get_data(as_text=True)
     assert "Cannot do that" in refused.get_data(as_text=True)
+    gone = client.post("/entries/act", data={"names": "ghost", "action": "run",
+                                             "csrf": "token"}, follow_redirects=True)
+    assert "not queued: ghost: no such entry" in gone.get_data(as_text=True)

@@ -47,12 +47,6 @@ def current_user() -> str:
         return f"uid {os.getuid()}"
 
 
-def record_json(by: str, node: str, at_ms: int, actor: str | None = None) -> str:
-    """A ``created``/``changed`` field's text; ``actor`` defaults to :func:`current_user`."""
-    return json.dumps({"at": at_ms, "by": by, "actor": actor or current_user(),
-                       "node": node})
-
-
 def read(text: str | None) -> Change | None:
     """The record a field holds, or None for no field or one no release wrote (another
     program's text is shown as it is by the caller, never an error of the page)."""

@@ -143,9 +143,9 @@ class Segment:
 def segments(query: Query, keys: KeyLayout, total: int, parked: int,
              band: tuple[int, int] | None = None) -> list[Segment]:
     """Where the query's entries are, in its order (pure). ``total`` is the size of the
-    order's set, ``parked`` how many schedule members score below 0 (disabled, finished
-    and quarantined entries sort first in the schedule; "next run" shows them last),
-    ``band`` the schedule ranks of a due-time range."""
+    order's set, ``parked`` how many schedule members score below 0 (finished and
+    quarantined entries, and entries disabled by earlier releases, sort first in the
+    schedule; "next run" shows them last), ``band`` the schedule ranks of a due-time range."""
     if band is not None:
         return [Segment(keys.schedule, *band)]
     if query.state == "failing":
@@ -157,8 +157,9 @@ def segments(query: Query, keys: KeyLayout, total: int, parked: int,
     scheduled, held_back = Segment(keys.schedule, parked, total), Segment(keys.schedule, 0,
                                                                           parked)
     # where each state can be: finished and enabled by definition (a score below 0, or
-    # not); disabled and quarantined mostly parked, but an entry disabled or broken by
-    # another client waits with its score until the leader parks it: read second
+    # not); quarantined mostly parked, but an entry broken by another client waits with
+    # its score until the leader parks it; disabled ones keep a due score (as in 2.4.2),
+    # except those parked by earlier releases: read second
     if query.state == "finished":
         return [held_back]
     if query.state == "enabled":

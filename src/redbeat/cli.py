@@ -1097,7 +1097,7 @@ def status_command(ctx: click.Context) -> None:
     for node, (role, at) in sorted(state.nodes.items()):
         click.echo(f"node:        {_shown(Holder.parse(node))}  {_shown(role)}, "
                    f"last tick {now - at:.1f}s ago")
-    click.echo(f"entries:     {state.entries} ({state.parked} parked: disabled, finished or "
+    click.echo(f"entries:     {state.entries} ({state.parked} parked: finished or "
                "quarantined)")
     click.echo(f"overdue:     {state.overdue}"
                + (f" (most late {state.most_late_s:.1f}s)" if state.overdue else ""))
@@ -1121,6 +1121,9 @@ def status_command(ctx: click.Context) -> None:
     if state.eviction_policy and state.eviction_policy.startswith("allkeys-"):
         click.echo("warning:     allkeys-* eviction can silently delete schedule entries; "
                    "use noeviction or volatile-*", err=True)
+    for trouble in (state.evicting, state.refuses_writes):
+        if trouble:
+            click.echo(f"error:       {trouble}", err=True)
 
 
 @main.command("check")
@@ -1194,7 +1197,8 @@ def web_command(ctx: click.Context, host: str, port: int, token: str | None,
         fail(str(exc), 2)
     click.echo(f"redbeat web: http://{host}:{port}/ ({'read-only, ' if read_only else ''}"
                f"{'authentication required' if settings.has_auth else 'no authentication'})")
-    serve(app, settings, zone=_session(ctx).shown_zone)
+    serve(app, settings, zone=_session(ctx).shown_zone,
+          check_tasks=_session(ctx).celery_app is not None)
 
 
 #: ``celery -A proj redbeat ...`` (registered through the ``celery.commands`` entry point)

@@ -43,6 +43,8 @@ def overrides(owner: object, base: type, name: str) -> bool:
     if not isinstance(owner, type) and name in getattr(owner, "__dict__", {}):
         return True
     cls = owner if isinstance(owner, type) else type(owner)
+    if cls is base:
+        return False  # most calls (no subclass): no walk of the class's MRO per entry
     found = inspect.getattr_static(cls, name, None)
     if found is inspect.getattr_static(base, name, None):
         return False

@@ -176,6 +176,7 @@ class Dispatcher:
         self._sent_late: set[str] = set()
         #: argsrepr/kwargsrepr kept from tick to tick (a third of a message's build)
         self._reprs = publish.Reprs()
+        self._templates = publish.Templates()
         self._errors: tuple[type[BaseException], ...] | None = None
 
     # -- the connection (what Celery sees as scheduler.connection and .producer) ----------
@@ -277,6 +278,8 @@ class Dispatcher:
         records encoded for a Redis broker, while the commit is still running."""
         builder = publish.Builder(self.app, self._reprs)
         early = not signals.before_task_publish.receivers
+        if early and publish.batch_transport(self.connection) == "redis":
+            return self._from_templates(builder, claims)
         drafts: Drafts = {}
         for claim in claims:
             try:
@@ -284,12 +287,20 @@ class Dispatcher:
                 drafts[claim.task_id] = builder.seal(draft) if early else draft
             except Exception:  # noqa: S112 - decided (and logged) on the publish path
                 continue
-        if early and publish.batch_transport(self.connection) == "redis":
+        return drafts
+
+    def _from_templates(self, builder: publish.Builder, claims: list[Claim]) -> Drafts:
+        """:meth:`draft` for a Redis broker with nobody listening to
+        ``before_task_publish``: each claim's message sealed and its record encoded,
+        from its entry's template (publish.Templates) where one can stand for it."""
+        channel = self.producer.channel
+        drafts: Drafts = {}
+        for claim, tag in zip(claims, publish.delivery_tags(len(claims)), strict=True):
             try:
-                publish.encode_redis(self.producer.channel, [
-                    m for m in drafts.values() if isinstance(m, publish.Outgoing)])
-            except Exception:  # noqa: S110 - met again by the write, which handles it
-                pass
+                drafts[claim.task_id] = self._templates.outgoing(
+                    builder, channel, claim.entry, claim.task_id, tag)
+            except Exception:  # noqa: S112 - decided (and logged) on the publish path
+                continue
         return drafts
 
     # -- sending --------------------------------------------------------------------------

@@ -8,6 +8,7 @@ redbeat.entry_fields, which is pure, so the planner decodes rows without this I/
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -35,7 +36,6 @@ from .entry_fields import (
     parse_meta,
     utc_meta_text,
 )
-from .keys import PARKED_SCORE
 from .nextrun import NextRun, follows_app_zone, next_run, score_of, to_score, upcoming_runs
 from .nexttime import next_after, to_millisecond, utc
 from .policy import DEFAULT as DEFAULT_POLICY
@@ -66,8 +66,25 @@ def node_name() -> str:
 def changed_json(by: str, actor: str | None = None) -> str:
     """The entry's ``changed`` field (and ``created``, when it is new): when (epoch
     milliseconds), through what, who (``actor``; default the operating-system user),
-    from which process. Kept short: every entry carries one (redbeat.audit)."""
-    return audit.record_json(by, node_name(), round(time.time() * 1000), actor)
+    from which process (redbeat.audit). Kept short: every entry carries one. (The text
+    ``json.dumps`` gives for that object, in keys' order; the user's and the node's
+    parts made once per process.)"""
+    who = json.dumps(actor) if actor is not None else _process_json()[0]
+    return (f'{{"at": {round(time.time() * 1000)}, "by": {json.dumps(by)}, '
+            f'"actor": {who}, "node": {_process_json()[1]}}}')
+
+
+_PROCESS: tuple[int, str, str] = (0, "", "")
+
+
+def _process_json() -> tuple[str, str]:
+    """The operating-system user and ``node_name()`` as JSON texts, once per process (a
+    fork is another process)."""
+    global _PROCESS
+    pid = os.getpid()
+    if _PROCESS[0] != pid:
+        _PROCESS = (pid, json.dumps(audit.current_user()), json.dumps(node_name()))
+    return _PROCESS[1], _PROCESS[2]
 
 
 class RedBeatSchedulerEntry(ScheduleEntry):
@@ -124,7 +141,8 @@ class RedBeatSchedulerEntry(ScheduleEntry):
                 None if isinstance(self.schedule, clocked) else to_millisecond(created))
         self.enabled = enabled
         self.config = ensure_conf(self.app)
-        self.policy = replace(policy or DEFAULT_POLICY, **policy_fields)
+        policy = policy or DEFAULT_POLICY
+        self.policy = replace(policy, **policy_fields) if policy_fields else policy
 
     @property
     def config(self) -> RedBeatConfig:
@@ -181,13 +199,18 @@ class RedBeatSchedulerEntry(ScheduleEntry):
 
     @property
     def score(self) -> float:
-        """The schedule-set score: the due time, or -1 (never selected) when disabled or
-        finished."""
-        if not self.enabled:
-            return PARKED_SCORE
-        if compat.own_due_at(type(self), RedBeatSchedulerEntry):
+        """The schedule-set score: the due time (a disabled entry's too, as in 2.4.2, so
+        enabling it by rewriting its ``definition`` in place makes it run at its next
+        slot), or -1 (never selected) when finished."""
+        if self._own_due_at():
             return to_score(self.due_at)  # a subclass's own due time, as 2.4.2 scored it
         return score_of(self._next_run())
+
+    def _own_due_at(self) -> bool:
+        """Whether this entry's class has its own due time (2.4.2's hook); asked on every
+        save, and the class itself has none."""
+        return type(self) is not RedBeatSchedulerEntry and \
+            compat.own_due_at(type(self), RedBeatSchedulerEntry)
 
     @property
     def rank(self) -> int | None:
@@ -279,7 +302,7 @@ class RedBeatSchedulerEntry(ScheduleEntry):
             score, rescore = to_score(to_millisecond(self._default_now())), None
         else:
             score = self.score
-            follows = score >= 0 and not compat.own_due_at(type(self), RedBeatSchedulerEntry)
+            follows = score >= 0 and not self._own_due_at()
             rescore = self._score_after if follows else None
         return Save(self.key, self.definition_json(), meta, score,
                     changed_json(changed_by, actor), self.policy.to_json(), rescore,

@@ -136,7 +136,10 @@ def policy_from(values: Mapping[str, Any], base: EntryPolicy,
     seconds, a duration or ``none``; ``coalesce``: a bool; ``jitter``: seconds or a
     duration; ``overlap``: allow, skip or buffer_one; ``relative_to``: schedule or
     execution; ``lost_after``: seconds, a duration or ``none`` (docs/outcomes.md)."""
-    zone = _given(values, "zone") or reading_zone
+    try:
+        zone = parse_zone(_given(values, "zone"), label("zone")) or reading_zone
+    except ValueError as exc:
+        raise FieldError("zone", str(exc)) from None
     policy = base
     for field, name in POLICY_FIELDS.items():
         value = _given(values, field)

@@ -84,6 +84,8 @@ def check(app: Celery, host: str | None = None, pid: int | None = None,
     overrides it), so neither the probe's host clock nor a beat's can skew them."""
     state = status(app, now=now, upcoming=0)
     now = state.server_time if now is None else now
+    if state.evicting:  # no node can keep a schedule Redis deletes
+        return Health(False, state.evicting)
     result = _beat_health(app, state, host or socket.gethostname(), pid, max_age, now)
     if not result.healthy:
         return result
@@ -110,6 +112,10 @@ def _beat_health(app: Celery, state: Status, host: str, pid: int | None,
                              + (f" pid {pid}" if pid else ""))
     node, (role, at) = max(mine.items(), key=lambda item: item[1][1])
     why = stale(at, now, max_age)
+    if why and state.refuses_writes and at <= now:
+        # no node can write a heartbeat (nor take a free lock) while Redis refuses
+        # writes: restarting this one cannot help, and it takes the lead when it can
+        return Health(True, f"{Holder.parse(node)} {why}: {state.refuses_writes}")
     if why:
         return Health(False, f"{Holder.parse(node)} {why}")
     if not config.lock_key:
@@ -119,11 +125,14 @@ def _beat_health(app: Celery, state: Status, host: str, pid: int | None,
     if state.lock_holder and state.lock_ttl_ms == NO_EXPIRY:
         return Health(False, f"{Holder.parse(node)} stands by: {Holder.parse(state.lock_holder)}"
                              f" holds the lock and its {expiry_words(NO_EXPIRY)}")
+    if (not state.lock_holder or state.lock_ttl_ms <= 0) and state.refuses_writes:
+        return Health(True, f"{Holder.parse(node)} stands by; nobody can take the lock: "
+                            f"{state.refuses_writes}")
     if not state.lock_holder or state.lock_ttl_ms <= 0:
         return Health(False, f"{Holder.parse(node)} stands by but nobody holds the lock")
     leader_beat = state.nodes.get(state.lock_holder)
     why = stale(leader_beat[1], now, max_age) if leader_beat is not None else None
-    if why:
+    if why and not state.refuses_writes:  # a leader cannot beat either while it refuses
         return Health(False, f"leader {Holder.parse(state.lock_holder)} {why}")
     return Health(True, f"{Holder.parse(node)} stands by; "
                         f"{Holder.parse(state.lock_holder)} leads")

@@ -125,6 +125,13 @@ class KeyLayout:
         return f"{self.prefix}:view:timeline"
 
     @property
+    def paused(self) -> str:
+        """A string present while the whole schedule is paused (JSON: who paused it,
+        when): the leader's tick reads it in its own round trip and sends nothing while
+        it exists (``redbeat.manage.pause``)."""
+        return f"{self.prefix}:paused"
+
+    @property
     def lock(self) -> str:
         if self.lock_name is None:
             return f"{self.prefix}:lock"
@@ -140,7 +147,7 @@ class KeyLayout:
                           self.nodes, self.lock, self.failing, self.view_by_name,
                           self.view_by_last_run, self.view_by_last_run_building,
                           self.view_timeline, self.history, self.outcomes,
-                          self.failing_runs})
+                          self.failing_runs, self.paused})
 
     @cached_property
     def types(self) -> dict[str, str]:
@@ -151,7 +158,8 @@ class KeyLayout:
                 self.failing: "zset", self.view_by_name: "zset",
                 self.view_by_last_run: "zset", self.view_by_last_run_building: "zset",
                 self.view_timeline: "string", self.history: "stream",
-                self.outcomes: "stream", self.failing_runs: "zset"}
+                self.outcomes: "stream", self.failing_runs: "zset",
+                self.paused: "string"}
 
     def is_entry_key(self, key: str) -> bool:
         """Whether ``key`` can hold an entry of this schedule: under the prefix and not

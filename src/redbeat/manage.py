@@ -42,6 +42,7 @@ from .keys import (
     RUN,
     KeyLayout,
 )
+from .memory_policy import evicting, refusing_writes
 from .nextrun import score_time
 from .planning import Claim, pending_message
 from .runs import RunRecord, summary
@@ -589,6 +590,38 @@ def due_entries(app: Celery, now: float, limit: int = PAGE) -> list[RedBeatSched
 QUARANTINE_SAMPLE = 50
 
 
+@dataclass(frozen=True)
+class Pause:
+    """Who paused the whole schedule, and when (None when the record cannot be read:
+    it is paused all the same, since the tick checks only that the key exists)."""
+
+    by: str
+    at: datetime | None
+
+    @classmethod
+    def read(cls, raw: str) -> Pause:
+        try:
+            record = json.loads(raw)
+            return cls(str(record.get("by", "?")),
+                       datetime.fromtimestamp(float(record["at"]), tz=timezone.utc))
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError,
+                OverflowError, OSError):
+            return cls("?", None)
+
+
+def pause(app: Celery, by: str = "python-api") -> None:
+    """Pause the whole schedule: the leader keeps the lock and its heartbeat and sends
+    nothing (a due slot waits, then runs as its misfire policy says: by default one
+    catch-up run once resumed; a held slot or a run now is sent once resumed). Honoured
+    by redbeat's beat; celery-redbeat 2.4.2 nodes do not know the flag."""
+    store_for(app).set_paused(json.dumps({"by": by, "at": time.time()}))
+
+
+def resume(app: Celery) -> None:
+    """Take back :func:`pause`: the leader's next tick sends what is due."""
+    store_for(app).set_paused(None)
+
+
 @dataclass
 class Status:
     lock_holder: str | None
@@ -608,6 +641,12 @@ class Status:
     #: Redis's clock when read (epoch seconds; the caller's ``now`` when it cannot be
     #: read): what heartbeat ages are measured against, so no host's clock skews them
     server_time: float
+    #: Why Redis refuses writes now (out of memory under noeviction), or None
+    refuses_writes: str | None = None
+    #: Why the schedule can vanish now (an allkeys-* policy that has evicted keys), or None
+    evicting: str | None = None
+    #: while the schedule is paused: who paused it and when (``pause``), else None
+    paused: Pause | None = None
 
 
 def status(app: Celery, now: float | None = None, upcoming: int = 5,
@@ -642,12 +681,16 @@ def status(app: Celery, now: float | None = None, upcoming: int = 5,
         redis_version=server.get("redis_version", "?") if isinstance(server, dict) else "?",
         eviction_policy=policy.get("maxmemory-policy") if isinstance(policy, dict) else None,
         server_time=now if read["time"] is None else read["time"],
+        refuses_writes=refusing_writes(read["memory"]),
+        evicting=evicting(read["memory"], read["stats"]),
+        paused=Pause.read(read["paused"]) if read["paused"] is not None else None,
     )
 
 
+
 __all__ = [
-    "EntryInfo", "EntryNotFound", "ImportPlan", "InvalidEntry", "Release",
-    "delete_entry", "quarantined_entries", "release_quarantined",
+    "EntryInfo", "EntryNotFound", "ImportPlan", "InvalidEntry", "Pause", "Release",
+    "pause", "resume", "delete_entry", "quarantined_entries", "release_quarantined",
     "due_entries", "edit_entry", "entry_info", "export_entries", "get_entry", "import_entries",
     "iter_entries", "list_entries", "outcome_record", "run_now", "run_outcomes", "set_enabled", "status",
 ]

@@ -238,6 +238,8 @@ class ScheduleCollector:
                      state.pending)
         yield _gauge("redbeat_leader_present", "1 while some beat holds the lock",
                      1 if state.lock_holder else 0)
+        yield _gauge("redbeat_schedule_paused", "1 while an operator has paused the whole "
+                     "schedule (nothing is sent)", 1 if state.paused else 0)
         yield _gauge("redbeat_lock_ttl_seconds", "Seconds until the lock expires unless "
                      "renewed", max(state.lock_ttl_ms, 0) / 1000)
         ages = GaugeMetricFamily("redbeat_node_heartbeat_age_seconds", "Seconds since each "

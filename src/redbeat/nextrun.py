@@ -7,7 +7,8 @@ The rule, in order:
    never ran, the time it was saved for (its score), or, with no score (written by
    hand, score 0), its first run at or after now.
 2. **Window**: a due time before the policy's ``start_time`` moves to the schedule's
-   first run at or after it; one after ``end_time`` means no more runs (parked).
+   first run at or after it (a one-off's, whose time has no run after it, to the start
+   itself); one after ``end_time`` means no more runs (parked).
 3. **Jitter**: the slot is sent a fixed delay after its due time, the same for the same
    (entry, slot) on every node and at every re-evaluation, so re-reading an entry never
    pushes it back; never past ``end_time``.

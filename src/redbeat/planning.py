@@ -116,6 +116,16 @@ def pending_message(row: Row, claim: Claim, now: datetime, node: str,
     })
 
 
+def _look_again(row: Row, entry: RedBeatSchedulerEntry, now: datetime, plan: Plan) -> None:
+    """A disabled entry read as due: nothing is sent, and it is scored at its schedule's
+    next time after now (parked only when there is none). It keeps a real due score, as
+    in 2.4.2, so an entry enabled by rewriting its ``definition`` in place (no ``ZADD``,
+    as code written for 2.4.2 does) is read again by then and runs by its own rule
+    (catching up by its policy); read once per slot, not on every tick."""
+    following = next_after(entry.schedule, now)
+    plan.ops.append(Op("update", row.key, row.fingerprint, to_score(following)))
+
+
 def quarantine_reason(reason: str, now: datetime, node: str) -> str:
     return json.dumps({"reason": reason, "at": now.isoformat(), "node": node})
 
@@ -146,7 +156,7 @@ def plan_row(
                            ((QUARANTINE, reason),)))
         return
     if not entry.enabled:
-        plan.ops.append(Op("update", row.key, row.fingerprint, PARKED_SCORE))
+        _look_again(row, entry, now, plan)
         return
     rules = entry.policy.with_default_grace(policy.misfire_grace_time)
     run = next_run(entry.schedule, rules, entry.name, entry.last_run_at, now, row.score)

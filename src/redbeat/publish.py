@@ -21,6 +21,7 @@ or RabbitMQ acked it). Whatever this module does not reproduce exactly raises
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,10 +30,10 @@ from typing import Any
 
 from amqp import spec
 from celery import Celery, signals
-from celery.app.routes import Router
+from celery.app.routes import MapRoute, Router
 from celery.app.task import Task
 from celery.backends.base import Backend
-from celery.beat import _evaluate_entry_args, _evaluate_entry_kwargs
+from celery.beat import BeatLazyFunc, _evaluate_entry_args, _evaluate_entry_kwargs
 from celery.utils.collections import lpmerge
 from celery.utils.nodenames import anon_nodename
 from celery.utils.saferepr import saferepr
@@ -117,6 +118,103 @@ def batch_transport(connection: Any) -> str | None:
     if transport is pyamqp.Transport:
         return "amqp"
     return None
+
+
+#: Stand-ins for what differs between two messages of one entry: a template is an
+#: entry's Redis record built with these, and each message swaps its own in.
+TEMPLATE_TASK_ID = "redbeat-template-task-id"
+TEMPLATE_TAG = "redbeat-template-delivery-tag"
+_STAND_INS = re.compile(f"({TEMPLATE_TASK_ID}|{TEMPLATE_TAG})")
+
+
+@dataclass(slots=True)
+class Template:
+    """One entry's message for a Redis broker, made once and kept while its definition
+    is unchanged: the record's text cut where the task id and the delivery tag go."""
+
+    #: what it was made from (Builder.template_sources): the entry's ``args``,
+    #: ``kwargs`` and ``options`` objects, their items and the task object, compared by
+    #: identity on each use; the builder's settings, by equality
+    objects: tuple[Any, ...]
+    settings: tuple[Any, ...]
+    message: Outgoing  # built with the stand-ins
+    pieces: list[str]  # the record's text, the stand-ins as pieces of their own
+    #: the headers and properties that carry the task id (id, root_id, correlation_id)
+    id_headers: list[str]
+    id_properties: list[str]
+
+
+class Templates:
+    """Templates by entry, kept from tick to tick: from one slot to the next only the
+    task id and the delivery tag change (nothing else of the message depends on the
+    slot when the entry has no ``eta``, ``countdown`` or ``expires``), so a burst of
+    known entries skips building, addressing, serialising and encoding each message.
+
+    An entry's parts come from the definition cache (entry.py), which nobody mutates:
+    an edited entry is new text, so new objects and a new template. A template is used
+    only where the message cannot depend on anything else: protocol 2 (the task id is
+    not in the body), Celery's router with ``task_routes`` maps only (a routing function
+    may route each call its own way), no lazy argument, a task class that does not compute its own shadow
+    name, and nobody listening to ``before_task_publish`` (the caller's check: a
+    receiver may change each message). The table is emptied when it reaches ``size``."""
+
+    def __init__(self, size: int = 16384) -> None:
+        self.size = size
+        self.known: dict[str, Template] = {}
+
+    def outgoing(self, builder: Builder, channel: Any, entry: Any, task_id: str,
+                 tag: str) -> Outgoing:
+        """``entry``'s message for ``task_id``, its record encoded for kombu Redis
+        ``channel`` with delivery tag ``tag``: what ``encode_redis(channel,
+        [builder.seal(builder.draft(entry, task_id))])`` makes. Raises what those raise
+        (:class:`Unsupported` among them)."""
+        sources = builder.template_sources(entry)
+        template = self.known.get(entry.name) if sources is not None else None
+        if template is None or template.settings != sources[1] or \
+                not _same(template.objects, sources[0]):
+            template = self._make(builder, channel, entry, sources)
+            if template is None:
+                message = builder.seal(builder.draft(entry, task_id))
+                message.wire = _redis_wire(channel, message, tag)
+                return message
+        message = template.message
+        task_text = JSON.encode(task_id)[1:-1]
+        text = "".join(task_text if piece == TEMPLATE_TASK_ID else tag if piece == TEMPLATE_TAG
+                       else piece for piece in template.pieces)
+        return Outgoing(task_id=task_id, name=message.name, body=message.body,
+                        payload=message.payload, content_type=message.content_type,
+                        content_encoding=message.content_encoding,
+                        headers={**message.headers, **dict.fromkeys(template.id_headers,
+                                                                     task_id)},
+                        properties={**message.properties,
+                                    **dict.fromkeys(template.id_properties, task_id)},
+                        priority=message.priority, exchange=message.exchange,
+                        routing_key=message.routing_key, queue=message.queue,
+                        wire=(text, message.wire[1] if message.wire else 0))
+
+    def _make(self, builder: Builder, channel: Any, entry: Any,
+              sources: tuple[tuple[Any, ...], tuple[Any, ...]] | None) -> Template | None:
+        """A template for ``entry``, kept; None when its message depends on more than
+        the task id and the tag (the times it carries, the id in its body)."""
+        if sources is None:
+            return None
+        message = builder.seal(builder.draft(entry, TEMPLATE_TASK_ID))
+        headers = message.headers
+        if headers.get("eta") or headers.get("expires") or "expiration" in message.properties:
+            return None
+        message.wire = _redis_wire(channel, message, TEMPLATE_TAG)
+        pieces = _STAND_INS.split(message.wire[0])
+        id_headers = [key for key, value in headers.items() if value == TEMPLATE_TASK_ID]
+        id_properties = [key for key, value in message.properties.items()
+                         if value == TEMPLATE_TASK_ID]
+        if (pieces.count(TEMPLATE_TASK_ID), pieces.count(TEMPLATE_TAG)) != \
+                (len(id_headers) + len(id_properties), 1) or "id" not in id_headers:
+            return None  # the id elsewhere too (an argument that holds the stand-in)
+        if len(self.known) >= self.size:
+            self.known.clear()
+        template = Template(*sources, message, pieces, id_headers, id_properties)
+        self.known[entry.name] = template
+        return template
 
 
 def app_supports_batch(app: Celery) -> bool:
@@ -241,6 +339,26 @@ class Builder:
             reply_to=self.thread_oid, time_limit=time_limit, soft_time_limit=soft_time_limit,
             shadow=shadow, ignore_result=ignore_result)
         return self._address(name, message, options, _expiration(app, expires))
+
+    def template_sources(self, entry: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+        """What ``entry``'s message is made from, when nothing else can change it (see
+        :class:`Templates`): the objects (compared by identity) and this batch's
+        settings (by equality); None when a template cannot stand for it."""
+        router = self.router
+        if self.limits is None or type(router) is not Router or \
+                not all(type(route) is MapRoute for route in router.routes):
+            return None  # a routing function may route each call its own way
+        args, kwargs, options = entry.args or (), entry.kwargs or {}, entry.options
+        if any(isinstance(value, BeatLazyFunc) for value in (*args, *kwargs.values())):
+            return None  # evaluated anew for each message
+        task = self.tasks.get(entry.task)
+        if task is not None and type(task).shadow_name is not Task.shadow_name:
+            return None
+        objects = (entry.task, entry.args, entry.kwargs, options, task, *args,
+                   *kwargs.values(), *kwargs, *options.values(), *options)
+        return objects, (self.serializer, self.compression, self.delivery_mode,
+                         self.routing_key, self.default_queue, self.origin, self.thread_oid,
+                         self.limits)
 
     @cached_property
     def quorum(self) -> bool:
@@ -477,8 +595,13 @@ def encode_redis(channel: Any, messages: Sequence[Outgoing]) -> None:
     """Give each message its record for kombu Redis ``channel`` (``wire``): what
     :func:`write_redis` pushes. Pure (no I/O), so it can be done ahead of the write."""
     for message, tag in zip(messages, delivery_tags(len(messages)), strict=True):
-        record = _redis_record(channel, message, tag)
-        message.wire = (JSON.encode(record), channel._get_message_priority(record, reverse=False))
+        message.wire = _redis_wire(channel, message, tag)
+
+
+def _redis_wire(channel: Any, message: Outgoing, tag: str) -> tuple[str, int]:
+    """``message``'s record for kombu Redis ``channel`` as text, and its priority."""
+    record = _redis_record(channel, message, tag)
+    return JSON.encode(record), channel._get_message_priority(record, reverse=False)
 
 
 def delivery_tags(count: int) -> list[str]:

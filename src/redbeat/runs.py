@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, NamedTuple
 
 #: States of a run that has not finished: a later slot waits for it (or is skipped).
@@ -76,12 +76,16 @@ class RunRecord:
 
     def to_json(self) -> str:
         """The field's text: keys whose value is None (or false) left out."""
-        return json.dumps({name: value for name, value in asdict(self).items()
-                           if value is not None and value is not False})
+        return json.dumps({name: value for name in _FIELDS
+                           if (value := getattr(self, name)) is not None and value is not False})
 
     def lost(self, now: float) -> RunRecord:
         """This run, given up on at ``now``."""
         return replace(self, state="lost", at=now, finished=now, wake=False, buffered_ms=None)
+
+
+#: The record's keys, in the order they are written (asdict copies deeply: slower).
+_FIELDS = tuple(field.name for field in fields(RunRecord))
 
 
 def _seconds(value: Any) -> float:

@@ -58,6 +58,7 @@ from .entry import (
 from .fleet_clock import FleetClock
 from .keys import PARKED_SCORE, QUARANTINE
 from .lock import NO_EXPIRY, Holder, Lease, expiry_words
+from .memory_policy import EVICTING_POLICIES
 from .nextrun import next_run, score_of
 from .planning import (
     Plan,
@@ -88,7 +89,6 @@ CLOSE_TIMEOUT = 2.0
 #: Entries listed by the ``schedule`` property at most.
 PAGE = 1000
 
-EVICTING_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
 #: Parked members checked for an expired hash per sweep, and seconds between sweeps.
 SWEEP_PAGE, SWEEP_EVERY = 500, 60.0
 
@@ -167,6 +167,11 @@ class RedBeatScheduler(Scheduler):
         self._redis_down = False
         self._sweep_at = 0.0
         self._sweep_offset = 0
+        #: Redis's refusal of this node's last writes (OOM), the evicting policy found at
+        #: start, and the evicted-keys count of the last leading tick
+        self._refused: str | None = None
+        self._evicting_policy: str | None = None
+        self._evicted_keys: int | None = None
         self.metrics = metrics.recorder_for(app, self.config)
         self.dispatcher = Dispatcher(
             app, self.config, self.metrics, store=lambda: self.store,
@@ -259,7 +264,8 @@ class RedBeatScheduler(Scheduler):
         self._check_eviction(server_config.get("maxmemory-policy", ""))
 
     def _check_eviction(self, policy: str) -> None:
-        if policy not in EVICTING_POLICIES:
+        self._evicting_policy = policy if policy in EVICTING_POLICIES else None
+        if not self._evicting_policy:
             return
         message = (f"Redis maxmemory-policy is {policy}: under memory pressure Redis will "
                    "silently delete schedule entries; use noeviction or a volatile-* policy")
@@ -322,9 +328,8 @@ class RedBeatScheduler(Scheduler):
                 continue
             writes.append(StaticWrite(  # the meta only lands on a static seen the first time
                 entry.key, entry.name, entry.definition_json(), meta_json(now, 0),
-                upcoming if entry.enabled else PARKED_SCORE,
-                changed_json("static-sync", actor="beat"), entry.policy.to_json(),
-                label_rules.save_field(entry.labels),
+                upcoming, changed_json("static-sync", actor="beat"),
+                entry.policy.to_json(), label_rules.save_field(entry.labels),
             ))
         removed = [(self.Entry.generate_key(self.app, name), name)  # the entry class's keys
                    for name in recorded - set(statics)]
@@ -404,12 +409,34 @@ class RedBeatScheduler(Scheduler):
         now_ts = self.fleet_clock.now(sent)
         fetch = self.store.fetch(now_ts, lease, self.config.batch_size, self.node_id)
         first = not self.fleet_clock.measured
+        self._watch_writes(fetch)
         skew = self.fleet_clock.observe(sent, self.clock(), fetch.server_time)
         if skew:
             logger.warning("beat: %s", skew)
             if first and fetch.status == "leader":
                 return None, now_ts
         return fetch, now_ts
+
+    def _watch_writes(self, fetch: Fetch) -> None:
+        """Say once when Redis starts refusing this node's writes (out of memory under
+        noeviction: no heartbeat, no free lock taken; the node stands by and takes the
+        lead as soon as it can) and once when it accepts them again; say each time a
+        leader's tick finds keys evicted under an allkeys-* policy."""
+        if fetch.refused and self._refused is None:
+            logger.error("beat: Redis refuses this node's writes (%s): no heartbeat is "
+                         "written and a free lock cannot be taken until it accepts them; "
+                         "standing by", fetch.refused)
+        elif self._refused and not fetch.refused:
+            logger.info("beat: Redis accepts writes again")
+        self._refused = fetch.refused
+        if fetch.evicted_keys is None:
+            return  # not read: the count of the last leading tick stays the baseline
+        evicted, self._evicted_keys = self._evicted_keys, fetch.evicted_keys
+        if self._evicting_policy and evicted is not None and fetch.evicted_keys > evicted:
+            logger.error("beat: Redis evicted %d keys since the last tick "
+                         "(maxmemory-policy %s): entries of the schedule, or the schedule "
+                         "itself, may have been deleted; use noeviction",
+                         fetch.evicted_keys - evicted, self._evicting_policy)
 
     def _tick(self) -> float:
         lease = self._lease()
@@ -563,6 +590,8 @@ class RedBeatScheduler(Scheduler):
         holder = fetch.holder or ""
         if self.leading:
             self._lost_lock(holder)
+        elif not holder:
+            pass  # free, and Redis refused this node's SET: said by _watch_writes
         elif holder != self._standby_holder and fetch.holder_ttl_ms == NO_EXPIRY:
             logger.error("beat: Standing by; %s holds the %s %s", Holder.parse(holder),
                          self.lock_key,

@@ -114,6 +114,11 @@ def _raise_error(*replies: Any) -> None:
             raise reply
 
 
+def _dict_or_empty(reply: Any) -> dict[str, Any]:
+    """A dict reply of a pipeline run without raising, or {} for its error."""
+    return reply if isinstance(reply, dict) else {}
+
+
 def _hash_or_empty(reply: Any) -> dict[str, str]:
     return dict(_or_absent(reply, {}))
 
@@ -139,6 +144,11 @@ class Fetch:
     status: FetchStatus
     #: Redis's clock when tick.lua ran (epoch seconds): what the node's clock is set by
     server_time: float
+    #: Why Redis refused this node's writes (its heartbeat, or taking a free lock): an
+    #: OOM error under noeviction; None when it wrote them
+    refused: str | None = None
+    #: Keys Redis has evicted since it started (INFO's evicted_keys; read when leading)
+    evicted_keys: int | None = None
     holder: str | None = None
     holder_ttl_ms: int | None = None
     next_score: float | None = None
@@ -296,21 +306,23 @@ class ScheduleStore:
         reply = self._run(
             "tick",
             [self.keys.schedule, lock_key, self.keys.pending, self.keys.nodes,
-             self.keys.held_definitions],
+             self.keys.held_definitions, self.keys.paused],
             [repr(now), batch, token, timeout_ms, node_id],
         )
-        status, (server_time, *payload) = reply
+        status, (server_time, refused, *payload) = reply
         if status == "standby":
             holder, ttl = payload
-            return Fetch("standby", float(server_time), holder=holder, holder_ttl_ms=int(ttl))
+            return Fetch("standby", float(server_time), refused, holder=holder or None,
+                         holder_ttl_ms=int(ttl))
         if status == "acquired":
-            return Fetch("acquired", float(server_time))
+            return Fetch("acquired", float(server_time), refused)
         if status != "leader":
             raise ResponseError(f"tick.lua replied with the unknown status {status!r}")
-        next_score, flat_pending, rows_json, flat_held, flat_policies = payload
+        evicted, next_score, flat_pending, rows_json, flat_held, flat_policies = payload
         rows = [Row(key, float(score), *fields)
                 for key, score, *fields in json.loads(rows_json) or ()]
-        return Fetch("leader", float(server_time),
+        return Fetch("leader", float(server_time), refused,
+                     evicted_keys=None if evicted is None else int(evicted),
                      next_score=None if next_score is None else float(next_score),
                      pending=pairs(flat_pending), rows=rows, held=pairs(flat_held),
                      policies=pairs(flat_policies))
@@ -703,23 +715,14 @@ class ScheduleStore:
     def append_outcomes(self, reports: Sequence[tuple[str, dict[str, Any]]], keep: int,
                         left_alone: Iterable[str] = ()) -> None:
         """Runs beat gave up on (their ``run`` field already written by the commit): one
-        outcome record each and their failed-run counts, in one pipeline; none for the
-        entries in ``left_alone`` (the commit skipped them: edited since the read)."""
+        outcome record each and their failed-run counts, in one script call; none for
+        the entries in ``left_alone`` (the commit skipped them: edited since the read)."""
         skipped = set(left_alone)
-        reports = [(key, report) for key, report in reports if key not in skipped]
-        if not reports:
-            return
-        script = self._scripts["outcome"]
-
-        def send() -> None:
-            with self.client.pipeline(transaction=False) as pipe:
-                for key, report in reports:
-                    script(keys=[key, self.keys.outcomes, self.keys.failing_runs,
-                                 self.keys.schedule],
-                           args=["append", json.dumps(report, ensure_ascii=False), keep, "0"],
-                           client=pipe)
-                pipe.execute()
-        self.retry.call(send)
+        given = [{**report, "key": key} for key, report in reports if key not in skipped]
+        if given:
+            self._run("outcome", [self.keys.schedule, self.keys.outcomes,
+                                  self.keys.failing_runs, self.keys.schedule],
+                      ["append", json.dumps(given, ensure_ascii=False), keep, "0"])
 
     def failing_runs(self, at_least: int) -> list[tuple[str, int]]:
         """Entries whose last ``at_least`` runs (or more) failed, with how many in a row."""
@@ -752,7 +755,8 @@ class ScheduleStore:
         EVALSHA: a pipeline cannot reload a script the server lost, and this is no hot path."""
         keys = self.keys
         (holder, ttl, total, overdue, oldest, following, parked, waiting, parked_sample,
-         pending, nodes, server, policy, clock) = self._pipelined(lambda pipe: (
+         pending, nodes, server, policy, clock, memory, stats,
+         paused) = self._pipelined(lambda pipe: (
             pipe.get(keys.lock), pipe.pttl(keys.lock), pipe.zcard(keys.schedule),
             pipe.zcount(keys.schedule, "(0", now),  # score 0: waiting, not overdue
             pipe.zrangebyscore(keys.schedule, "(0", now, start=0, num=1, withscores=True),
@@ -762,18 +766,28 @@ class ScheduleStore:
             pipe.zcount(keys.schedule, 0, 0),
             pipe.eval(load_script("parked_sample"), 1, keys.schedule, sample),
             pipe.hlen(keys.pending), pipe.hgetall(keys.nodes), pipe.info("server"),
-            pipe.config_get("maxmemory-policy"),  # an ACL may refuse these three: not fatal
-            pipe.time(),
+            pipe.config_get("maxmemory-policy"),  # an ACL may refuse these five: not fatal
+            pipe.time(), pipe.info("memory"), pipe.info("stats"),
+            pipe.get(keys.paused),
         ), raise_on_error=False)
         _raise_error(holder, ttl, total, overdue, oldest, following, parked, waiting,
-                     parked_sample, pending, nodes)
+                     parked_sample, pending, nodes, paused)
         sampled = script_reply("parked_sample", parked_sample).payload
         reasons = list(zip(sampled[0::2], sampled[1::2], strict=True))
         return {"holder": holder, "ttl": ttl, "total": total, "overdue": overdue,
                 "oldest": oldest, "following": following, "parked": parked, "waiting": waiting,
                 "reasons": [(key, reason or None) for key, reason in reasons],
                 "pending": pending, "nodes": nodes, "server": server, "policy": policy,
-                "time": clock[0] + clock[1] / 1e6 if isinstance(clock, tuple) else None}
+                "time": clock[0] + clock[1] / 1e6 if isinstance(clock, tuple) else None,
+                "memory": _dict_or_empty(memory), "stats": _dict_or_empty(stats),
+                "paused": paused}
+
+    def set_paused(self, record: str | None) -> None:
+        """Pause the schedule (``record``: who and when, JSON) or resume it (None)."""
+        if record is None:
+            self.retry.call(lambda: self.client.delete(self.keys.paused))
+        else:
+            self.retry.call(lambda: self.client.set(self.keys.paused, record))
 
     # -- ordered views (redbeat.browse, the web view) -------------------------------------
     # Every read here is bounded: a rank window or a score count is O(log N + window) in

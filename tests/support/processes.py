@@ -206,11 +206,12 @@ class Cluster:
         return self._start(name, args, settings, python, env)
 
     def worker(self, name: str = "worker", queues: str | None = None,
-               concurrency: int = 1, **settings: Any) -> CeleryProcess:
+               concurrency: int = 1, pool: str | None = None,
+               **settings: Any) -> CeleryProcess:
         """A worker of the solo pool, or with ``concurrency`` > 1 of the threads pool
-        (several runs at once, in one process)."""
-        pool = ["-P", "solo"] if concurrency == 1 else ["-P", "threads", "-c", str(concurrency)]
-        args = ["worker", *pool, "-l", "info", "-n", f"{name}@%h",
+        (several runs at once, in one process), or of the ``pool`` given."""
+        pool = pool or ("solo" if concurrency == 1 else "threads")
+        args = ["worker", "-P", pool, "-c", str(concurrency), "-l", "info", "-n", f"{name}@%h",
                 "--without-heartbeat", "--without-gossip", "--without-mingle",
                 *(["-Q", queues] if queues else [])]
         return self._start(name, args, settings)

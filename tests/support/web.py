@@ -55,16 +55,17 @@ def browser_available() -> None:
 
 
 class WebServer:
-    """``python -m redbeat --url URL web ...`` on a free port, its output in a file."""
+    """``python -m redbeat --url URL [options] web ...`` on a free port, its output in a
+    file."""
 
     def __init__(self, redis_url: str, *args: str, directory: Path,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, options: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = directory / f"web-{self.port}.log"
         with open(self.log_path, "w") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "redbeat", "--url", redis_url, "web",
+                [sys.executable, "-m", "redbeat", "--url", redis_url, *options, "web",
                  "--port", str(self.port), *args],
                 env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT)
 

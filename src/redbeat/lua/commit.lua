@@ -120,13 +120,13 @@ for _, op in ipairs(cjson.decode(ARGV[5])) do
     local current = redis.call('HMGET', key, 'definition', 'meta', 'quarantine', 'history:0',
                                'run')
     local unchanged = current[1] and
-      redis.sha1hex(current[1] .. '\n' .. (current[2] or '')) == string.sub(fingerprint, 1, 40)
-      and (#fingerprint == 40 or redis.sha1hex(current[5] or '') == string.sub(fingerprint, 41))
+      sha1hex(current[1] .. '\n' .. (current[2] or '')) == string.sub(fingerprint, 1, 40)
+      and (#fingerprint == 40 or sha1hex(current[5] or '') == string.sub(fingerprint, 41))
     if unchanged or (kind == 'quarantine' and not current[1]) then
       write_fields(key, fields)
       if kind == 'update' then
         if #slots > 0 then
-          local sha = redis.sha1hex(current[1])
+          local sha = sha1hex(current[1])
           texts[sha] = current[1]
           local message_head = '{"key": ' .. cjson.encode(key) .. ', "definition_sha1": "' ..
             sha .. '", "due": '

@@ -9,10 +9,12 @@
 -- KEYS[3] - failing-runs sorted set (entry key -> failed runs in a row)
 -- KEYS[4] - schedule sorted set (the entry's score, lowered when beat waits for the run)
 -- ARGV[1] - 'start' (a worker began the run), 'finish' (it ended: success, failure,
---           retry, revoked, lost) or 'append' (beat gave up on it and wrote the run
---           field itself: only the stream and the count)
+--           retry, revoked, lost) or 'append' (beat gave up on runs and wrote their run
+--           fields itself: only the stream and the counts; KEYS[1] unused)
 -- ARGV[2] - the report, one JSON object: task_id, due_ms, state, and when known worker,
---           runtime (seconds, measured by the worker), error (one line), started
+--           runtime (seconds, measured by the worker), error (one line), started; for
+--           'append' a JSON list of them, each with its entry's 'key' (written as a value
+--           and a member only, never touched as a key)
 -- ARGV[3] - records the outcomes stream keeps (0: none written)
 -- ARGV[4] - seconds a silent run counts as running (the worker's redbeat_lost_after;
 --           the entry's policy 'lost_after' wins)
@@ -37,9 +39,10 @@ local function present(value)
   return value ~= nil and value ~= cjson.null
 end
 
-local function append(record, outcome)
+local function append(record, outcome, key)
+  key = key or KEYS[1]
   if keep > 0 then
-    local fields = {'key', KEYS[1], 'task_id', tostring(record.task_id),
+    local fields = {'key', key, 'task_id', tostring(record.task_id),
                     'due_ms', string.format('%d', record.due_ms), 'outcome', outcome}
     for _, name in ipairs({'started', 'finished', 'runtime', 'worker', 'error'}) do
       if present(record[name]) then
@@ -51,14 +54,16 @@ local function append(record, outcome)
     redis.pcall('XADD', KEYS[2], 'MAXLEN', '~', keep, '*', unpack(fields))
   end
   if outcome == 'failure' or outcome == 'lost' then
-    redis.call('ZINCRBY', KEYS[3], 1, KEYS[1])
+    redis.call('ZINCRBY', KEYS[3], 1, key)
   elseif outcome == 'success' then
-    redis.call('ZREM', KEYS[3], KEYS[1])
+    redis.call('ZREM', KEYS[3], key)
   end
 end
 
 if kind == 'append' then
-  append(report, report.state)
+  for _, each in ipairs(report) do
+    append(each, each.state, each.key)
+  end
   return {'ok', 'appended'}
 end
 if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then

@@ -45,3 +45,86 @@ local function read_pending(text)
   end
   return record, sha
 end
+
+-- SHA-1 of a string as 40 hex digits: redis.sha1hex where the server has it; on a Lua
+-- without it (fakeredis, the Redis of many projects' test suites, has no redis.sha1hex
+-- and no bit library), the same digest computed with arithmetic on 32-bit words held
+-- in doubles, 4 bits at a time through 16 x 16 tables built on first use. Slow, and
+-- only ever used there.
+local sha1hex = redis.sha1hex
+if not sha1hex then
+  local WORD = 4294967296
+  local AND, XOR
+  local function tables()
+    AND, XOR = {}, {}
+    for a = 0, 15 do
+      for b = 0, 15 do
+        local both, either, bit, x, y = 0, 0, 1, a, b
+        for _ = 1, 4 do
+          local p, q = x % 2, y % 2
+          if p == 1 and q == 1 then both = both + bit end
+          if p ~= q then either = either + bit end
+          x, y, bit = (x - p) / 2, (y - q) / 2, bit * 2
+        end
+        AND[a * 16 + b], XOR[a * 16 + b] = both, either
+      end
+    end
+  end
+  local function bitwise(table_, a, b)
+    local result, scale = 0, 1
+    for _ = 1, 8 do
+      local x, y = a % 16, b % 16
+      result = result + table_[x * 16 + y] * scale
+      a, b, scale = (a - x) / 16, (b - y) / 16, scale * 16
+    end
+    return result
+  end
+  local function rotate(a, n)
+    local split = 2 ^ (32 - n)
+    return (a % split) * 2 ^ n + math.floor(a / split)
+  end
+  sha1hex = function(text)
+    if not AND then tables() end
+    local h = {1732584193, 4023233417, 2562383102, 271733878, 3285377520}
+    local length = #text
+    local padded = text .. '\128' .. string.rep('\0', (55 - length) % 64)
+    local bits = length * 8
+    local tail = {}
+    for i = 8, 1, -1 do
+      tail[i] = string.char(bits % 256)
+      bits = math.floor(bits / 256)
+    end
+    padded = padded .. table.concat(tail)
+    local w = {}
+    for block = 1, #padded, 64 do
+      for i = 0, 15 do
+        local b1, b2, b3, b4 = string.byte(padded, block + i * 4, block + i * 4 + 3)
+        w[i] = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+      end
+      for i = 16, 79 do
+        w[i] = rotate(bitwise(XOR, bitwise(XOR, w[i - 3], w[i - 8]),
+                              bitwise(XOR, w[i - 14], w[i - 16])), 1)
+      end
+      local a, b, c, d, e = h[1], h[2], h[3], h[4], h[5]
+      for i = 0, 79 do
+        local f, k
+        if i < 20 then
+          f, k = bitwise(AND, b, c) + bitwise(AND, WORD - 1 - b, d), 1518500249
+        elseif i < 40 then
+          f, k = bitwise(XOR, bitwise(XOR, b, c), d), 1859775393
+        elseif i < 60 then
+          f = bitwise(XOR, bitwise(XOR, bitwise(AND, b, c), bitwise(AND, b, d)),
+                      bitwise(AND, c, d))
+          k = 2400959708
+        else
+          f, k = bitwise(XOR, bitwise(XOR, b, c), d), 3395469782
+        end
+        local t = (rotate(a, 5) + f + e + k + w[i]) % WORD
+        a, b, c, d, e = t, a, rotate(b, 30), c, d
+      end
+      h[1], h[2], h[3] = (h[1] + a) % WORD, (h[2] + b) % WORD, (h[3] + c) % WORD
+      h[4], h[5] = (h[4] + d) % WORD, (h[5] + e) % WORD
+    end
+    return string.format('%08x%08x%08x%08x%08x', h[1], h[2], h[3], h[4], h[5])
+  end
+end

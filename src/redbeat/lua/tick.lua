@@ -13,12 +13,20 @@
 --           `redbeat check`/`status` read
 -- ARGV[5] - this node's id in the nodes hash
 -- KEYS[5] - held definitions hash (sha1 -> the definition text pending records name)
+-- KEYS[6] - paused flag (a string present while an operator pauses the schedule)
 --
--- returns {'standby', now, holder, pttl} when another node holds the lock;
---         {'acquired', now} when this call just took the lock (nothing read yet);
---         {'leader', now, next_score|false, pending, rows, held, policies} otherwise,
+-- returns {'standby', now, refused, holder|false, pttl} when another node holds the lock
+--           (holder false: nobody does, and Redis refused this node's SET);
+--         {'acquired', now, refused} when this call just took the lock (nothing read yet);
+--         {'leader', now, refused, evicted, next_score|false, pending, rows, held,
+--           policies} otherwise, and
+--         {'leader', now, refused, evicted, false, {}, '[]', {}, {}} while the schedule
+--           is paused: the lock is kept and the heartbeat written, nothing is read, so
+--           nothing is sent (due slots wait; held ones are re-sent once resumed);
 --           now being Redis's clock (TIME) as "<seconds>.<microseconds>": each node
---           measures its own clock's skew from it, in the round trip it makes anyway, where
+--           measures its own clock's skew from it, in the round trip it makes anyway;
+--           refused: false, or the error Redis answered the heartbeat's write with (OOM);
+--           evicted: INFO's evicted_keys (a decimal string; false without INFO), where
 --           pending = {task_id, message, ...} (at most about batch size of them, in
 --           hash order: the client orders them by due time),
 --           held = {sha1, definition, ...}, each definition those records name, once,
@@ -33,20 +41,49 @@
 --           array elements; bytes that are not UTF-8 pass through cjson unchanged)
 local clock = redis.call('TIME')
 local now = clock[1] .. '.' .. string.format('%06d', tonumber(clock[2]))
+
+-- The heartbeat, or why Redis refused it: a Redis out of memory under noeviction
+-- refuses every write but answers reads, PEXPIRE and DEL, so a standby keeps standing
+-- by (and a leader keeps its lease) instead of failing the whole tick.
+-- Any other error fails the script as redis.call would.
+local function refused(reply)
+  if type(reply) == 'table' and reply.err then
+    if string.sub(reply.err, 1, 3) == 'OOM' then
+      return reply.err
+    end
+    error(reply)
+  end
+  return false
+end
+
+local function beat(role)
+  return refused(redis.pcall('HSET', KEYS[4], ARGV[5], role .. ' ' .. ARGV[1]))
+end
+
 local token = ARGV[3]
 if token ~= '' then
   local holder = redis.call('GET', KEYS[2])
   if not holder then
-    redis.call('SET', KEYS[2], token, 'PX', ARGV[4])
-    redis.call('HSET', KEYS[4], ARGV[5], 'leader ' .. ARGV[1])
-    return {'acquired', now}
+    local oom = refused(redis.pcall('SET', KEYS[2], token, 'PX', ARGV[4]))
+    if oom then
+      return {'standby', now, oom, false, -2}  -- nobody leads: taken when it can be
+    end
+    return {'acquired', now, beat('leader')}
   elseif holder ~= token then
-    redis.call('HSET', KEYS[4], ARGV[5], 'standby ' .. ARGV[1])
-    return {'standby', now, holder, redis.call('PTTL', KEYS[2])}
+    local oom = beat('standby')
+    return {'standby', now, oom, holder, redis.call('PTTL', KEYS[2])}
   end
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
 end
-redis.call('HSET', KEYS[4], ARGV[5], 'leader ' .. ARGV[1])
+local oom = beat('leader')
+-- keys Redis evicted since it started: the leader tells an eviction of the schedule
+-- under an allkeys-* policy from one tick to the next
+-- (false where the server's Lua has no INFO: fakeredis)
+local stats = redis.pcall('INFO', 'stats')
+local evicted = type(stats) == 'string' and string.match(stats, 'evicted_keys:(%d+)') or false
+if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
+  return {'leader', now, oom, evicted, false, {}, '[]', {}, {}}
+end
 
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], 0, ARGV[1], 'WITHSCORES', 'LIMIT', 0, ARGV[2])
 local rows = {}
@@ -98,4 +135,4 @@ if #upcoming > 0 then
   next_score = upcoming[2]
 end
 -- cjson writes an empty table as {}: the client reads that as no rows
-return {'leader', now, next_score, pending, cjson.encode(rows), held, policies}
+return {'leader', now, oom, evicted, next_score, pending, cjson.encode(rows), held, policies}

@@ -4,12 +4,15 @@
 It reads and changes entries only through redbeat's management API (``redbeat.manage``,
 ``redbeat.browse``), like the CLI. Every page is HTML rendered by Jinja2 with
 autoescaping, and no page has a script: whatever a client wrote into Redis (entry
-names, arguments, reasons) is shown as text. See docs/web.md.
+names, arguments, reasons) is shown as text. The one script, static/live.js, is served
+from the view itself (the policy allows no other): it keeps relative times and the page
+current, and every page works without it. See docs/web.md.
 """
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable, Collection
 from typing import Any
 
 from celery import Celery
@@ -31,10 +34,21 @@ __all__ = ["WebSettings", "create_app", "serve"]
 CSRF_FIELD = "csrf"
 
 
+def registered_tasks(celery_app: Celery) -> Callable[[], Collection[str] | None]:
+    """The app's task names once its task modules are imported (as a worker imports
+    them): the names the entry form accepts without its "accept anyway" box."""
+    def read() -> Collection[str]:
+        celery_app.loader.import_default_modules()
+        return set(celery_app.tasks)
+    return read
+
+
 def create_app(celery_app: Celery, settings: WebSettings | None = None,
-               zone: Any = None) -> Flask:
+               zone: Any = None, check_tasks: bool = True) -> Flask:
     """The WSGI app for ``celery_app``'s schedule. ``zone``: where times are shown
-    (default: the app's zone)."""
+    (default: the app's zone). ``check_tasks``: refuse a task name the app does not
+    register, as ``celery -A proj redbeat add`` does (the standalone ``redbeat``
+    command, which has no app's tasks to know, passes False)."""
     from . import views
 
     settings = settings or WebSettings()
@@ -45,8 +59,9 @@ def create_app(celery_app: Celery, settings: WebSettings | None = None,
     app.secret_key = secrets.token_bytes(32)
     app.config.update(SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Strict",
                       SESSION_COOKIE_NAME="redbeat_session", MAX_CONTENT_LENGTH=64 * 1024)
-    app.extensions["redbeat"] = views.Context(celery_app, settings,
-                                              zone or celery_app.timezone)
+    app.extensions["redbeat"] = views.Context(
+        celery_app, settings, zone or celery_app.timezone,
+        registered_tasks(celery_app) if check_tasks else lambda: None)
     app.extensions["redbeat.metrics"] = schedule_registry(celery_app)
     app.register_blueprint(views.blueprint)
 
@@ -82,10 +97,10 @@ def create_app(celery_app: Celery, settings: WebSettings | None = None,
 
 
 def serve(celery_app: Celery, settings: WebSettings, zone: Any = None,
-          threads: int = 4) -> None:
+          threads: int = 4, check_tasks: bool = True) -> None:
     """Serve the view with waitress (a production WSGI server) until interrupted."""
     from waitress import serve as waitress_serve
 
-    app = create_app(celery_app, settings, zone)
+    app = create_app(celery_app, settings, zone, check_tasks)
     waitress_serve(app, host=settings.host, port=settings.port, threads=threads,
                    ident="redbeat")

@@ -110,11 +110,15 @@ def csrf_valid(sent: str | None, expected: str | None) -> bool:
     return bool(sent) and bool(expected) and _same(sent or "", expected or "")
 
 
-#: Sent with every response: no script may run at all (the view has none), nothing loads
-#: from elsewhere, and no other site may frame it or post its forms.
+#: Sent with every response: no script runs but the view's own file (no inline script,
+#: no handler attribute, nothing from elsewhere: a name written into Redis as
+#: ``<script>`` stays text), nothing loads from elsewhere, and no other site may frame
+#: it or post its forms. The script only refreshes the page; every page works without.
 SECURITY_HEADERS = {
-    "Content-Security-Policy": ("default-src 'none'; style-src 'self'; img-src 'self'; "
-                                "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
+    "Content-Security-Policy": ("default-src 'none'; script-src 'self'; style-src 'self'; "
+                                "img-src 'self'; connect-src 'self'; "
+                                "form-action 'self'; frame-ancestors 'none'; "
+                                "base-uri 'none'"),
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
     "Referrer-Policy": "no-referrer",

@@ -1,52 +1,60 @@
-"""The pages: entries, one entry (and its actions), the timeline, the nodes.
+"""The pages: entries (and bulk actions on them), one entry (and its actions), the entry
+form (create, edit, preview), the timeline, the nodes.
 
 Each handler reads through ``redbeat.browse`` / ``redbeat.manage`` and hands plain
-values to a template; nothing here talks to Redis itself.
+values to a template; nothing here talks to Redis itself. Every link is built with
+``url_for``, so the view works mounted under a prefix of another app.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timezone, tzinfo
 from typing import Any
-from urllib.parse import urlencode
 
 import redis.exceptions
 from celery import Celery
-from flask import Blueprint, abort, current_app, flash, redirect, render_template, request
+from flask import (
+    Blueprint,
+    abort,
+    current_app,
+    flash,
+    redirect,
+    render_template,
+    request,
+    url_for,
+)
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
-from .. import browse, manage
-from ..entry import InvalidEntry
+from .. import browse, guards, manage
+from ..entry import InvalidEntry, RedBeatSchedulerEntry
 from ..failures import Failures, read_failures
-from ..keys import MISFIRES
+from ..keys import CHANGED, MISFIRES
 from ..lock import Holder, expiry_words
 from ..nextrun import score_time
 from ..redaction import redact
 from ..run_buckets import RUN_CAP
-from ..schedule_text import (
-    as_options,
-    describe,
-    parse_cron,
-    parse_every,
-    parse_json,
-    parse_rrule,
-    parse_time,
-    parse_zone,
-)
-from ..schedules import clocked
+from ..runs import summary as run_summary
+from ..schedule_text import describe, seconds_text
 from ..settings import ensure_conf
+from . import form as entry_form
+from .actions import ACTIONS, BULK_ACTIONS, applicable, needs_confirmation, refused_statics
 from .security import WebSettings
+from .times import absolute, stamp
 
 blueprint = Blueprint("redbeat", __name__)
-ACTIONS = ("enable", "disable", "run", "delete")
-#: The schedule kinds the edit form writes, as the CLI's ``add`` options name them.
-SCHEDULE_KINDS = ("every", "cron", "rrule", "at")
 #: Timeline bar chart geometry (pixels): one bar per minute.
 CHART_HEIGHT, BAR_WIDTH = 160, 1
+#: Entries read per round trip when a bulk action collects every match of a filter,
+#: and the names a confirmation page lists.
+BULK_PAGE, SHOWN_NAMES = 500, 20
+#: The filter fields a bulk action carries (the entries page's query string).
+FILTER_FIELDS = ("order", "state", "name", "task", "from", "to", "runs")
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,9 @@ class Context:
     celery_app: Celery
     settings: WebSettings
     zone: tzinfo
+    #: the task names the app registers, or None when unknown (the standalone command,
+    #: which has no app: then any name is accepted, as the CLI accepts it)
+    registered_tasks: Callable[[], Collection[str] | None]
 
 
 def _context() -> Context:
@@ -62,12 +73,17 @@ def _context() -> Context:
 
 
 def when(moment: datetime | None, zone: tzinfo | None = None) -> str:
-    if moment is None:
-        return "-"
-    try:
-        return moment.astimezone(zone or _context().zone).strftime("%Y-%m-%d %H:%M:%S %Z")
-    except OverflowError:  # year 1 or 9999 in a zone that would move it out of range
-        return moment.isoformat()
+    return absolute(moment, zone or _context().zone)
+
+
+@blueprint.app_context_processor
+def page_globals() -> dict[str, Any]:
+    now = time.time()
+    zone = _context().zone
+
+    def shown(moment: datetime | None, in_zone: tzinfo | None = None) -> Any:
+        return stamp(moment, in_zone or zone, now)
+    return {"stamp": shown, "zone_name": str(zone)}
 
 
 @blueprint.app_errorhandler(redis.exceptions.RedisError)
@@ -89,7 +105,7 @@ for _code in (400, 403, 404):
 
 @blueprint.route("/")
 def home() -> Response:
-    return redirect("/entries")
+    return redirect(url_for(".entries"))
 
 
 # -- the table -------------------------------------------------------------------------
@@ -101,17 +117,16 @@ def home() -> Response:
 TIME_RANGE = (0.0, 253402300799.0)
 
 
-def _float_arg(name: str) -> float | None:
+def _float_arg(args: Any, name: str) -> float | None:
     try:
-        value = float(request.args[name])
+        value = float(args[name])
     except (KeyError, ValueError):
         return None
     low, high = TIME_RANGE
     return value if low <= value <= high else None
 
 
-def _query() -> browse.Query:
-    args = request.args
+def _query(args: Any) -> browse.Query:
     order = args.get("order", "next")
     state = args.get("state", "")
     try:
@@ -121,16 +136,24 @@ def _query() -> browse.Query:
     return browse.Query(order=order if order in browse.ORDERS else "next",
                         state=state if state in browse.STATES else "",
                         name=args.get("name", "")[:200], task=args.get("task", "")[:200],
-                        due_from=_float_arg("from"), due_to=_float_arg("to"),
+                        due_from=_float_arg(args, "from"), due_to=_float_arg(args, "to"),
                         runs=args.get("runs") == "1", start=start)
 
 
-def _link(query: browse.Query, **changes: Any) -> str:
+def _filter_args(query: browse.Query, **changes: Any) -> dict[str, Any]:
     values = {"order": query.order, "state": query.state, "name": query.name,
               "task": query.task, "from": query.due_from, "to": query.due_to,
               "runs": 1 if query.runs else None, "start": query.start, **changes}
-    return "/entries?" + urlencode({key: value for key, value in values.items()
-                                    if value is not None and value != "" and value != 0})
+    return {key: value for key, value in values.items()
+            if value is not None and value != "" and value != 0}
+
+
+def _link(query: browse.Query, **changes: Any) -> str:
+    return url_for(".entries", **_filter_args(query, **changes))
+
+
+def _entry_link(name: str) -> str:
+    return url_for(".entry_page", name=name)
 
 
 def _row(info: manage.EntryInfo) -> dict[str, Any]:
@@ -138,10 +161,10 @@ def _row(info: manage.EntryInfo) -> dict[str, Any]:
     failures = read_failures(info.fields)
     last_run = entry.last_run_at if entry is not None and entry.total_run_count else None
     return {
-        "name": info.name, "link": "/entry?" + urlencode({"name": info.name}),
+        "name": info.name, "link": _entry_link(info.name),
         "task": entry.task if entry else "?",
         "schedule": describe(entry.schedule) if entry else "?",
-        "next": when(info.next_run), "last": when(last_run),
+        "next": info.next_run, "last": last_run,
         "runs": entry.total_run_count if entry else "-",
         "failed": failures.count if failures else 0,
         "state": info.shown_state, "static": info.static,
@@ -150,7 +173,7 @@ def _row(info: manage.EntryInfo) -> dict[str, Any]:
 
 @blueprint.route("/entries")
 def entries() -> str:
-    query = _query()
+    query = _query(request.args)
     started = time.perf_counter()
     page = browse.read_page(_context().celery_app, query)
     elapsed = time.perf_counter() - started
@@ -166,6 +189,8 @@ def entries() -> str:
         sort_links={order: _link(query, order=order, start=0) for order in browse.ORDERS},
         band=(when(datetime.fromtimestamp(query.due_from, tz=timezone.utc))
               if query.due_from is not None else None),
+        filter_fields=_filter_args(query, start=None), bulk_actions=BULK_ACTIONS,
+        action_words=ACTIONS,
     )
 
 
@@ -188,15 +213,85 @@ def _raw_json(text: str | None) -> str:
         return text
 
 
-def _history(info: manage.EntryInfo, failures: Failures | None) -> list[dict[str, str]]:
+def _moment(value: Any) -> datetime | None:
+    """A time from a record: ISO 8601 text, or epoch milliseconds."""
+    try:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return datetime.fromtimestamp(value / 1000, tz=timezone.utc)
+        moment = datetime.fromisoformat(str(value))
+        return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def _history(info: manage.EntryInfo, failures: Failures | None) -> list[dict[str, Any]]:
+    """Each dispatch: when it was sent (claimed), the slot it was for, the node, and
+    what came of it (sent, or the reason Celery or the broker refused it)."""
     failed = failures.task_ids() if failures else {}
     rows = []
     for record in info.history:
         failure = failed.get(str(record.get("task_id")))
-        rows.append({"task_id": str(record.get("task_id")), "due": str(record.get("due")),
+        rows.append({"task_id": str(record.get("task_id")),
+                     "sent": _moment(record.get("claimed_at")),
+                     "slot": _moment(record.get("due")),
+                     "slot_text": str(record.get("due")),
                      "node": str(record.get("node")),
-                     "failure": failure.reason if failure else ""})
+                     "outcome": f"refused: {failure.reason}" if failure else "sent",
+                     "failed": failure is not None})
     return rows
+
+
+def _runs(info: manage.EntryInfo, lost_after: float) -> dict[str, Any]:
+    """The latest run in words and the recent outcomes, as workers with
+    ``redbeat_worker_outcomes`` report them (docs/outcomes.md); read-only."""
+    policy_bound = info.entry.policy.lost_after if info.entry is not None else None
+    latest = run_summary(info.run, time.time(), policy_bound or lost_after) \
+        if info.run is not None else None
+    return {"latest": latest,
+            "recent": [{**record, "finished": _moment(record.get("finished"))}
+                       for record in info.outcomes]}
+
+
+def _change(raw: str | None) -> dict[str, Any] | None:
+    """The last change as who, when and from where; None when there is none, and the
+    stored text as it is when it is not what redbeat writes."""
+    if not raw:
+        return None
+    try:
+        record = json.loads(raw)
+        return {"by": str(record.get("by", "?")), "at": _moment(record["at"]),
+                "node": str(record.get("node", "?")), "raw": None}
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return {"raw": raw}
+
+
+def _misfires(raw: str | None) -> dict[str, Any] | None:
+    if not raw:
+        return None
+    try:
+        record = json.loads(raw)
+        return {"skipped": int(record.get("skipped", 0)),
+                "last": _moment(record.get("last_skipped")), "raw": None}
+    except (ValueError, TypeError, AttributeError, RecursionError):
+        return {"raw": raw}
+
+
+def _policy(entry: RedBeatSchedulerEntry) -> list[tuple[str, str]]:
+    """The policy as words, each field that differs from the defaults."""
+    policy, zone = entry.policy, browse.evaluation_zone(entry)
+    words = []
+    if policy.start_time or policy.end_time:
+        words.append(("Window", f"from {when(policy.start_time, zone)} "
+                                f"to {when(policy.end_time, zone)}"))
+    if policy.misfire_grace_time is not None:
+        words.append(("Misfire grace", seconds_text(policy.misfire_grace_time)))
+    if not policy.coalesce:
+        words.append(("Missed runs", f"each one (up to {policy.max_catch_up})"))
+    if policy.jitter:
+        words.append(("Jitter", seconds_text(policy.jitter)))
+    if policy.ttl is not None:
+        words.append(("Kept once finished", seconds_text(policy.ttl)))
+    return words
 
 
 def _definition(info: manage.EntryInfo) -> dict[str, Any]:
@@ -205,31 +300,14 @@ def _definition(info: manage.EntryInfo) -> dict[str, Any]:
         return {}
     runs, short = browse.next_runs(entry, 10, info.score) if entry.enabled else ([], "disabled")
     zone = browse.evaluation_zone(entry)
-    policy = {name: value for name, value in vars(entry.policy).items()
-              if value != getattr(type(entry.policy)(), name)}
     return {
-        "task": entry.task, "schedule": describe(entry.schedule), "zone": str(zone),
+        "task": entry.task, "schedule": describe(entry.schedule), "zone": zone,
         "args": _json_text(entry.args), "kwargs": _json_text(entry.kwargs),
-        "options": _json_text(entry.options), "enabled": entry.enabled,
-        "runs": entry.total_run_count,
-        "last_run": when(entry.last_run_at if entry.total_run_count else None),
-        "next_runs": [when(moment, zone) for moment in runs], "short": short,
-        "policy": _json_text(policy) if policy else "defaults",
-        "form": _edit_form(entry),
+        "options": _json_text(entry.options) if entry.options else None,
+        "enabled": entry.enabled, "runs": entry.total_run_count,
+        "last_run": entry.last_run_at if entry.total_run_count else None,
+        "next_runs": runs, "short": short, "policy": _policy(entry),
     }
-
-
-def _edit_form(entry: Any) -> dict[str, str] | None:
-    """The edit form's values: the task, the arguments as JSON, and the schedule in the
-    CLI's syntax (None for a schedule the form cannot write, such as solar)."""
-    options = as_options(entry.schedule)
-    if not options:
-        return None
-    given = dict(zip(options[0::2], options[1::2], strict=True))
-    kind = options[0][2:]
-    return {"task": str(entry.task), "args": json.dumps(entry.args or []),
-            "kwargs": json.dumps(entry.kwargs or {}), "kind": kind,
-            "schedule": given[options[0]], "zone": given.get("--tz", "")}
 
 
 @blueprint.route("/entry")
@@ -242,83 +320,246 @@ def entry_page() -> str:
     failures = read_failures(info.fields)
     return render_template(
         "entry.html", info=info, state=info.shown_state, definition=_definition(info),
-        history=_history(info, failures), next_run=when(info.next_run),
-        failures=[{"task_id": failure.task_id, "at": when(failure.at),
-                   "reason": failure.reason} for failure in failures.recent]
-        if failures else [], failed=failures.count if failures else 0,
-        misfires=_raw_json(info.fields.get(MISFIRES)) if info.fields.get(MISFIRES) else None,
-        changed=_raw_json(info.fields.get("changed")),
+        history=_history(info, failures),
+        runs=_runs(info, ensure_conf(_context().celery_app).lost_after),
+        failures=[{"task_id": failure.task_id, "at": failure.at, "reason": failure.reason}
+                  for failure in failures.recent] if failures else [],
+        failed=failures.count if failures else 0,
+        misfires=_misfires(info.fields.get(MISFIRES)), change=_change(info.fields.get(CHANGED)),
         raw=_raw_json(info.fields.get("definition")) if info.entry is None else None,
-        actions=ACTIONS, kinds=SCHEDULE_KINDS,
+        actions=applicable(info.shown_state, info.entry is not None), action_words=ACTIONS,
     )
 
 
-@blueprint.route("/entry/action", methods=["POST"])
-def entry_action() -> Response:
+# -- actions, one entry or many ---------------------------------------------------------
+
+
+def _configured_statics() -> Collection[str]:
+    """The names the app's ``beat_schedule`` gives (statics a leader has not written
+    yet are statics too); none for the standalone command's app."""
+    return _context().celery_app.conf.beat_schedule or {}
+
+
+def _targets(form: Any) -> tuple[list[str], bool]:
+    """The names an action is for, and whether they are every match of a filter."""
+    if form.get("scope") == "filter":
+        query = dataclasses.replace(_query(form), start=0, size=BULK_PAGE)
+        names: list[str] = []
+        while True:
+            page = browse.read_page(_context().celery_app, query)
+            names += [info.name for info in page.rows]
+            if page.next_start is None:
+                return names, True
+            query = dataclasses.replace(query, start=page.next_start)
+    return [name for name in form.getlist("names") if name][:10_000], False
+
+
+def _apply(app: Celery, action: str, name: str) -> str | None:
+    """Do ``action`` to one entry; returns the run-now task id, or None."""
+    if action in ("enable", "disable"):
+        manage.set_enabled(app, name, action == "enable", changed_by=f"web ({action})")
+    elif action == "release":
+        release = manage.release_quarantined(app, names=[name], changed_by="web (release)")
+        if release.kept:
+            raise InvalidEntry(name, release.kept[0][1])
+    elif action == "run":
+        return manage.run_now(app, name)
+    else:
+        manage.delete_entry(app, name)
+    return None
+
+
+def _back(names: list[str], action: str, form: Any) -> str:
+    """Where an action returns (``"cancel"``: where its confirmation's Cancel goes):
+    the entry's page for one entry, unless it was deleted; else the list it came from."""
+    if len(names) == 1 and form.get("scope") != "filter" and action != "delete":
+        return _entry_link(names[0])
+    return url_for(".entries", **{name: form[name] for name in FILTER_FIELDS
+                                  if form.get(name)})
+
+
+@blueprint.route("/entries/act", methods=["POST"])
+def act() -> Response | str:
+    """One action on one entry, a selection, or every entry matching a filter. A
+    disable or delete, and any change of a static entry, is first shown on a page that
+    says what it does to how many entries (no script needed); static entries are left
+    alone unless that page's "force" box is ticked, as the CLI asks for --force."""
     app = _context().celery_app
-    name, action = request.form.get("name", ""), request.form.get("action", "")
+    form = request.form
+    action = form.get("action", "")
     if action not in ACTIONS:
         abort(400, "unknown action")
+    names, everything = _targets(form)
+    if not names:
+        flash("nothing selected: tick entries, or choose every entry matching the filter",
+              "error")
+        return redirect(_back([], action, form))
+    statics = guards.statics_among(names, manage.store_for(app).static_names(),
+                                   _configured_statics())
+    forced = form.get("force") == "1"
+    if form.get("confirm") != "1" and any(needs_confirmation(action, name in statics)
+                                          for name in names):
+        return render_template(
+            "confirm.html", action=action, words=ACTIONS[action], count=len(names),
+            names=names[:SHOWN_NAMES], everything=everything, statics=statics,
+            static_message=guards.static_message(sorted(statics), forced=False)
+            if statics and action in ("enable", "disable", "delete") else None,
+            hidden=[(name, form[name]) for name in ("scope", *FILTER_FIELDS)
+                    if form.get(name)] + ([] if everything else
+                                          [("names", name) for name in names]),
+            back=_back(names, "cancel", form))
+    left = set(refused_statics(action, statics, forced))
+    done, failed, task_ids = [], [], []
+    for name in names:
+        if name in left:
+            continue
+        try:
+            task_id = _apply(app, action, name)
+            done.append(name)
+            if task_id:
+                task_ids.append(task_id)
+        except KeyError:
+            failed.append(f"{name}: no such entry")
+        except InvalidEntry as exc:
+            failed.append(f"{name}: {exc.reason}")
+    _report(action, done, failed, sorted(left), task_ids)
+    return redirect(_back(names, action, form))
+
+
+def _report(action: str, done: list[str], failed: list[str], left: list[str],
+            task_ids: list[str]) -> None:
+    past = {"run": "queued", "enable": "enabled", "disable": "disabled",
+            "release": "released", "delete": "deleted"}[action]
+    if len(done) == 1 and task_ids:
+        flash(f"queued {done[0]} as {task_ids[0]}; the leader sends it at its next tick",
+              "ok")
+    elif len(done) == 1:
+        flash(f"{past} {done[0]}", "ok")
+    elif done:
+        flash(f"{past} {len(done)} entries", "ok")
+    if left:
+        flash(f"left alone: {guards.static_message(left, forced=False)}", "error")
+    for line in failed[:SHOWN_NAMES]:
+        flash(f"not {past}: {line}", "error")
+
+
+# -- the entry form ---------------------------------------------------------------------
+
+
+def _preview(parts: entry_form.Parts, old: RedBeatSchedulerEntry | None
+             ) -> tuple[list[datetime], str, tzinfo | None]:
+    """The next runs of the entry the form describes, in its zone, as beat would send
+    them (from the stored last run, for an edit)."""
+    if parts.schedule is None or parts.policy is None:
+        return [], "", None
     try:
-        if action in ("enable", "disable"):
-            manage.set_enabled(app, name, action == "enable", changed_by="web")
-            flash(f"{action}d {name}")
-        elif action == "run":
-            task_id = manage.run_now(app, name)
-            flash(f"queued {name} as {task_id}; the leader sends it at its next tick")
+        entry = RedBeatSchedulerEntry(
+            parts.name or "preview", parts.task or "preview", parts.schedule,
+            app=_context().celery_app, policy=parts.policy,
+            last_run_at=old.last_run_at if old else None,
+            total_run_count=old.total_run_count if old else 0)
+        runs, short = browse.next_runs(entry, 5)
+        return runs, short, browse.evaluation_zone(entry)
+    except (ValueError, OverflowError) as exc:
+        return [], f"cannot be computed: {exc}", None
+
+
+def _render_form(form: entry_form.EntryForm, editing: manage.EntryInfo | None,
+                 parts: entry_form.Parts | None = None, status: int = 200) -> tuple[str, int]:
+    old = editing.entry if editing else None
+    runs, short, zone = _preview(parts, old) if parts else ([], "", None)
+    static = editing is not None and (editing.static or editing.name in _configured_statics())
+    return render_template(
+        "entry_form.html", form=form, editing=editing, kinds=entry_form.KINDS,
+        label=entry_form.label, preview=runs, preview_short=short, preview_zone=zone,
+        previewed=parts is not None, static=static,
+        static_message=guards.static_message([editing.name], forced=False)
+        if static and editing else None), status
+
+
+@blueprint.route("/entries/new")
+def new_entry() -> tuple[str, int]:
+    return _render_form(entry_form.EntryForm.empty(), None)
+
+
+@blueprint.route("/entry/edit")
+def edit_page() -> tuple[str, int]:
+    info = _existing(request.args.get("name", ""))
+    if info.entry is None:
+        abort(400, f"{info.name!r} cannot be read ({info.error}): delete it, or write it "
+                   "again with `redbeat add`")
+    return _render_form(entry_form.from_entry(info.entry, _context().zone), info)
+
+
+def _existing(name: str) -> manage.EntryInfo:
+    try:
+        return manage.get_entry(_context().celery_app, name)
+    except KeyError:
+        abort(404, f"no entry named {name!r}")
+
+
+@blueprint.route("/entry/save", methods=["POST"])
+def save_entry() -> Response | tuple[str, int]:
+    """Create or edit an entry from the form: every field read as the CLI reads its
+    option, each mistake shown beside its field with the input kept; "Preview" shows
+    the next runs without writing anything."""
+    context = _context()
+    app = context.celery_app
+    editing = _existing(request.form["editing"]) if request.form.get("editing") else None
+    form = entry_form.EntryForm.submitted(request.form)
+    if editing is not None:
+        form.values["name"] = editing.name  # the name is the key: not edited here
+    old = editing.entry if editing else None
+    parts = entry_form.read(form, entry_form.default_policy(old.policy if old else None),
+                            context.registered_tasks(), request.form.get("accept_task") == "1",
+                            getattr(context.zone, "key", None))
+    if editing is None and parts.name and "name" not in form.errors:
+        _check_new_name(app, parts.name, form)
+    static = editing is not None and (editing.static or editing.name in _configured_statics())
+    if static and request.form.get("force") != "1":
+        form.errors["force"] = guards.static_message([editing.name], forced=False).replace(
+            "give --force", "tick the box to change it anyway")
+    if form.errors or request.form.get("op") == "preview":
+        return _render_form(form, editing, parts, 400 if form.errors else 200)
+    try:
+        if editing is not None:
+            changed = _changed_fields(old, parts)
+            manage.edit_entry(app, editing.name,
+                              changed_by=f"web (edit: {', '.join(changed) or 'nothing'})",
+                              task=parts.task, schedule=parts.schedule, args=parts.args,
+                              kwargs=parts.kwargs, options=parts.options, policy=parts.policy)
         else:
-            manage.delete_entry(app, name)
-            flash(f"deleted {name}")
-            return redirect("/entries")
-    except KeyError:
-        abort(404, f"no entry named {name!r}")
-    except InvalidEntry as exc:
-        flash(f"cannot {action} {name}: {exc.reason}")
-    return redirect("/entry?" + urlencode({"name": name}))
-
-
-def _schedule_field() -> Any:
-    kind, text = request.form.get("kind", ""), request.form.get("schedule", "").strip()
-    zone = parse_zone(request.form.get("zone", "").strip() or None, "zone")
-    if kind == "every":
-        return parse_every(text)
-    if kind == "cron":
-        return parse_cron(text, zone)
-    if kind == "rrule":
-        return parse_rrule(text, zone)
-    if kind == "at":
-        return clocked(parse_time(text, zone, "at"))
-    raise ValueError(f"schedule kind must be one of {', '.join(SCHEDULE_KINDS)}")
-
-
-@blueprint.route("/entry/edit", methods=["POST"])
-def entry_edit() -> Response:
-    """Change the task, the arguments and the schedule, validated as the CLI's ``edit``
-    validates them; a mistake is shown and nothing is written."""
-    app = _context().celery_app
-    name = request.form.get("name", "")
-    back = redirect("/entry?" + urlencode({"name": name}))
-    try:
-        info = manage.get_entry(app, name)
-    except KeyError:
-        abort(404, f"no entry named {name!r}")
-    if info.static:
-        flash(f"not saved: {name!r} comes from beat_schedule, which a beat writes back "
-              "when it takes the lead: change it there")
-        return back
-    try:
-        task = request.form.get("task", "").strip()
-        if not task:
-            raise ValueError("task: the task name is empty")
-        manage.edit_entry(app, name, changed_by="web", task=task,
-                          args=parse_json(request.form.get("args", ""), "args", list),
-                          kwargs=parse_json(request.form.get("kwargs", ""), "kwargs", dict),
-                          schedule=_schedule_field())
+            RedBeatSchedulerEntry(parts.name, parts.task, parts.schedule, args=parts.args,
+                                  kwargs=parts.kwargs, options=parts.options,
+                                  enabled=request.form.get("disabled") != "1", app=app,
+                                  policy=parts.policy).save(changed_by="web (create)")
     except (ValueError, InvalidEntry) as exc:
-        flash(f"not saved: {exc}")
-        return back
-    flash(f"saved {name}")
-    return back
+        form.errors["form"] = f"not saved: {exc}"
+        return _render_form(form, editing, parts, 400)
+    flash(f"saved {parts.name}", "ok")
+    return redirect(_entry_link(parts.name))
+
+
+def _check_new_name(app: Celery, name: str, form: entry_form.EntryForm) -> None:
+    try:
+        manage.get_entry(app, name)
+    except KeyError:
+        if name in _configured_statics():
+            form.errors["name"] = (f"Name: {name!r} is in beat_schedule, which a beat writes "
+                                   "back when it takes the lead: change it there")
+        return
+    form.errors["name"] = f"Name: an entry named {name!r} exists: edit it on its own page"
+
+
+def _changed_fields(old: RedBeatSchedulerEntry | None, parts: entry_form.Parts) -> list[str]:
+    if old is None:
+        return []
+    pairs = {"task": (old.task, parts.task), "schedule": (old.schedule, parts.schedule),
+             "args": (list(old.args or []), parts.args),
+             "kwargs": (dict(old.kwargs or {}), parts.kwargs),
+             "options": (old.options or None, parts.options),
+             "policy": (old.policy, parts.policy)}
+    return [name for name, (before, after) in pairs.items() if before != after]
 
 
 # -- timeline and nodes ----------------------------------------------------------------
@@ -335,16 +576,15 @@ def timeline_page() -> str:
         {"x": index * BAR_WIDTH, "height": max(round(bucket.count * scale), 3),  # visible
              "count": bucket.count,
              "label": browse.minute_label(bucket.start, context.zone),
-             "link": "/entries?" + urlencode({"from": repr(bucket.start),
-                                              "to": repr(bucket.end), "runs": 1})}
+             "link": url_for(".entries", **{"from": repr(bucket.start),
+                                            "to": repr(bucket.end), "runs": 1})}
             for index, bucket in enumerate(buckets) if bucket.count]
     busiest = sorted(bars, key=lambda bar: -bar["count"])[:10]
     return render_template(
         "timeline.html", timeline=timeline, bars=bars, busiest=busiest, peak=peak,
         total=sum(bucket.count for bucket in buckets), width=len(buckets) * BAR_WIDTH,
         bar_width=BAR_WIDTH, refresh=browse.TIMELINE_REFRESH, cap=RUN_CAP,
-        height=CHART_HEIGHT, start=when(datetime.fromtimestamp(buckets[0].start,
-                                                              tz=timezone.utc)),
+        height=CHART_HEIGHT, start=datetime.fromtimestamp(buckets[0].start, tz=timezone.utc),
         hours=[{"x": index * BAR_WIDTH, "label": browse.minute_label(bucket.start,
                                                                      context.zone)}
                for index, bucket in enumerate(buckets) if index % 180 == 0],
@@ -364,13 +604,34 @@ def metrics_page() -> Response:
     return Response(encode(registry), content_type=content_type)
 
 
+@blueprint.route("/schedule/pause", methods=["POST"])
+def pause_page() -> Response | str:
+    """Pause the whole schedule (asked first) or resume it."""
+    app = _context().celery_app
+    op = request.form.get("op")
+    if op == "resume":
+        manage.resume(app)
+        flash("resumed the schedule: the leader sends what is due at its next tick", "ok")
+    elif op == "pause" and request.form.get("confirm") == "1":
+        manage.pause(app, by="web")
+        flash("paused the schedule: the leader sends nothing until it is resumed", "ok")
+    elif op == "pause":
+        return render_template("pause.html", entries=manage.status(app, upcoming=0).entries)
+    else:
+        abort(400, "unknown operation")
+    return redirect(url_for(".nodes_page"))
+
+
 @blueprint.route("/nodes")
 def nodes_page() -> str:
     context = _context()
     app = context.celery_app
     state = manage.status(app)
+    now = time.time()
     nodes = [{"node": str(Holder.parse(node)), "token": node, "role": role,
-              "age": f"{state.server_time - at:.1f}", "leader": node == state.lock_holder}
+              # the age on Redis's clock (the fleet's), shown from this host's now
+              "beat": datetime.fromtimestamp(at + now - state.server_time, tz=timezone.utc),
+              "leader": node == state.lock_holder}
              for node, (role, at) in sorted(state.nodes.items())]
     held_count, held = browse.held_slots(app)
     config = ensure_conf(app)
@@ -378,9 +639,6 @@ def nodes_page() -> str:
         "nodes.html", state=state, nodes=nodes,
         leader=str(Holder.parse(state.lock_holder)) if state.lock_holder else None,
         lock_expiry=expiry_words(state.lock_ttl_ms), held_count=held_count,
-        held=[{"task_id": slot.task_id, "name": slot.name or "?", "due": when(slot.due),
-               "reason": slot.reason} for slot in held],
-        redis_url=redact(config.redis_url), prefix=config.key_prefix,
-        next_due=[(name, when(score_time(score)))
-                  for name, score in state.next_due],
+        held=held, redis_url=redact(config.redis_url), prefix=config.key_prefix,
+        next_due=[(name, score_time(score)) for name, score in state.next_due],
     )
