@@ -138,7 +138,9 @@ class Template:
     objects: tuple[Any, ...]
     settings: tuple[Any, ...]
     message: Outgoing  # built with the stand-ins
-    pieces: list[str]  # the record's text, the stand-ins as pieces of their own
+    #: the record's text, the stand-ins as pieces of their own; None when its messages
+    #: are built each time (they carry times)
+    pieces: list[str] | None
     #: the headers and properties that carry the task id (id, root_id, correlation_id)
     id_headers: list[str]
     id_properties: list[str]
@@ -154,9 +156,10 @@ class Templates:
     an edited entry is new text, so new objects and a new template. A template is used
     only where the message cannot depend on anything else: protocol 2 (the task id is
     not in the body), Celery's router with ``task_routes`` maps only (a routing function
-    may route each call its own way), no lazy argument, a task class that does not compute its own shadow
-    name, and nobody listening to ``before_task_publish`` (the caller's check: a
-    receiver may change each message). The table is emptied when it reaches ``size``."""
+    may route each call its own way), no lazy argument, a task class that does not
+    compute its own shadow name, and nobody listening to ``before_task_publish`` (the
+    caller's check: a receiver may change each message). The table is emptied when it
+    reaches ``size``."""
 
     def __init__(self, size: int = 16384) -> None:
         self.size = size
@@ -170,13 +173,13 @@ class Templates:
         (:class:`Unsupported` among them)."""
         sources = builder.template_sources(entry)
         template = self.known.get(entry.name) if sources is not None else None
-        if template is None or template.settings != sources[1] or \
-                not _same(template.objects, sources[0]):
+        if sources is not None and (template is None or template.settings != sources[1]
+                                    or not _same(template.objects, sources[0])):
             template = self._make(builder, channel, entry, sources)
-            if template is None:
-                message = builder.seal(builder.draft(entry, task_id))
-                message.wire = _redis_wire(channel, message, tag)
-                return message
+        if template is None or template.pieces is None:
+            message = builder.seal(builder.draft(entry, task_id))
+            message.wire = _redis_wire(channel, message, tag)
+            return message
         message = template.message
         task_text = JSON.encode(task_id)[1:-1]
         text = "".join(task_text if piece == TEMPLATE_TASK_ID else tag if piece == TEMPLATE_TAG
@@ -193,23 +196,22 @@ class Templates:
                         wire=(text, message.wire[1] if message.wire else 0))
 
     def _make(self, builder: Builder, channel: Any, entry: Any,
-              sources: tuple[tuple[Any, ...], tuple[Any, ...]] | None) -> Template | None:
-        """A template for ``entry``, kept; None when its message depends on more than
-        the task id and the tag (the times it carries, the id in its body)."""
-        if sources is None:
-            return None
+              sources: tuple[tuple[Any, ...], tuple[Any, ...]]) -> Template:
+        """``entry``'s template, kept; one without pieces when its message depends on
+        more than the task id and the tag (the times it carries, the id elsewhere), so
+        that such an entry's messages are built each time, once each."""
         message = builder.seal(builder.draft(entry, TEMPLATE_TASK_ID))
         headers = message.headers
-        if headers.get("eta") or headers.get("expires") or "expiration" in message.properties:
-            return None
         message.wire = _redis_wire(channel, message, TEMPLATE_TAG)
-        pieces = _STAND_INS.split(message.wire[0])
+        pieces: list[str] | None = _STAND_INS.split(message.wire[0])
         id_headers = [key for key, value in headers.items() if value == TEMPLATE_TASK_ID]
         id_properties = [key for key, value in message.properties.items()
                          if value == TEMPLATE_TASK_ID]
-        if (pieces.count(TEMPLATE_TASK_ID), pieces.count(TEMPLATE_TAG)) != \
-                (len(id_headers) + len(id_properties), 1) or "id" not in id_headers:
-            return None  # the id elsewhere too (an argument that holds the stand-in)
+        if headers.get("eta") or headers.get("expires") or "expiration" in message.properties \
+                or "id" not in id_headers or (pieces.count(TEMPLATE_TASK_ID),
+                                              pieces.count(TEMPLATE_TAG)) != \
+                (len(id_headers) + len(id_properties), 1):
+            pieces = None  # (the id elsewhere too: an argument that holds the stand-in)
         if len(self.known) >= self.size:
             self.known.clear()
         template = Template(*sources, message, pieces, id_headers, id_properties)
