@@ -11,22 +11,30 @@ releasing is release.lua. :class:`Lease` keeps the key, token and timeout togeth
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from celery.utils.time import humanize_seconds
 from redis.exceptions import LockNotOwnedError
 
 if TYPE_CHECKING:
     from .store import ScheduleStore
 
 
+logger = logging.getLogger("celery.beat")
+
 #: PTTL of a key that has no time to live.
 NO_EXPIRY = -1
+#: Seconds a closing scheduler waits for Redis to release the lock; then the lock is
+#: left to expire, so SIGTERM ends beat well inside a supervisor's grace period.
+CLOSE_TIMEOUT = 2.0
 
 
 def expiry_words(ttl_ms: int) -> str:
@@ -161,3 +169,33 @@ class Lease:
 
     def __repr__(self) -> str:
         return f"<Lease {self.name} {Holder.parse(self.token)} {self.timeout}s>"
+
+
+def farewell(store: ScheduleStore, lease: Lease | None, node_id: str,
+             within: float = CLOSE_TIMEOUT) -> None:
+    """Release ``lease`` (None: this node does not lead) and drop ``node_id``'s
+    heartbeat, giving Redis one attempt on a thread waited for at most ``within``
+    seconds: a frozen or stopped Redis must not hold a closing beat, and the lock then
+    expires by itself (logged, with when)."""
+    outcome: list[bool | BaseException] = []
+
+    def attempt() -> None:
+        try:
+            outcome.append(store.farewell(lease, node_id))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=attempt, name="redbeat-close", daemon=True)
+    thread.start()
+    thread.join(within)
+    if lease is None:
+        return  # the heartbeat goes stale by itself if Redis did not answer
+    expires = humanize_seconds(lease.timeout, prefix="within ")
+    if not outcome:
+        logger.warning("beat: Redis did not answer within %ss; the lock is not released "
+                       "and expires %s", within, expires)
+    elif isinstance(outcome[0], BaseException):
+        logger.warning("beat: Could not release the lock (%s); it expires %s", outcome[0],
+                       expires)
+    elif outcome[0]:
+        logger.info("beat: Released the lock")

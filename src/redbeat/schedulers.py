@@ -22,7 +22,6 @@ import gc
 import json
 import logging
 import ssl
-import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -33,7 +32,6 @@ import redis.exceptions
 from celery import Celery
 from celery.app import app_or_default
 from celery.beat import DEFAULT_MAX_INTERVAL, ScheduleEntry, Scheduler
-from celery.schedules import crontab
 from celery.signals import beat_init
 from celery.utils.log import get_logger
 from celery.utils.time import humanize_seconds
@@ -43,23 +41,19 @@ from redis import Redis
 from redis.sentinel import MasterNotFoundError, Sentinel
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from . import compat, decoder, metrics
-from . import labels as label_rules
+from . import compat, metrics, statics
 from .connection import INTERNAL_OPTIONS
 from .decoder import RedBeatJSONDecoder, RedBeatJSONEncoder, to_timestamp
 from .dispatch import BATCHED, INLINE, ONE_BY_ONE, Dispatcher, Drafts, OnDispatcher
 from .entry import (
     InvalidEntry,
     RedBeatSchedulerEntry,
-    changed_json,
-    meta_json,
     node_name,
 )
 from .fleet_clock import FleetClock
 from .keys import PARKED_SCORE, QUARANTINE
-from .lock import NO_EXPIRY, Holder, Lease, expiry_words
+from .lock import NO_EXPIRY, Holder, Lease, expiry_words, farewell
 from .memory_policy import EVICTING_POLICIES
-from .nextrun import next_run, score_of
 from .planning import (
     Plan,
     TickSettings,
@@ -78,13 +72,10 @@ from .settings import (
     SettingError,
     ensure_conf,
 )
-from .store import Fetch, LockLost, Op, Row, StaticWrite, unsupported_lua, with_flag_reply
+from .store import Fetch, LockLost, Op, Row, unsupported_lua, with_flag_reply
 
 logger = logging.getLogger("celery.beat")
 
-#: Seconds ``close()`` waits for Redis to release the lock; then the lock is left to
-#: expire, so SIGTERM ends beat well inside a supervisor's grace period.
-CLOSE_TIMEOUT = 2.0
 
 #: Entries listed by the ``schedule`` property at most.
 PAGE = 1000
@@ -109,17 +100,6 @@ def collection_paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
-
-
-def celery_default_entries(app: Celery, configured: dict[str, Any]) -> dict[str, Any]:
-    """The entries Celery's beat adds by itself: ``celery.backend_cleanup`` when
-    results expire on a backend that cannot expire them (Celery's own rule)."""
-    if (app.conf.result_expires and not app.backend.supports_autoexpire
-            and "celery.backend_cleanup" not in configured):
-        return {"celery.backend_cleanup": {
-            "task": "celery.backend_cleanup", "schedule": crontab("0", "4", "*"),
-            "options": {"expires": 12 * 3600}}}
-    return {}
 
 
 class RedBeatScheduler(Scheduler):
@@ -276,10 +256,8 @@ class RedBeatScheduler(Scheduler):
     def static_entries(self) -> dict[str, RedBeatSchedulerEntry]:
         """``beat_schedule`` plus Celery's default entries, as entries; a malformed one is
         logged and skipped so it cannot stop beat."""
-        configured = {**celery_default_entries(self.app, self.config.schedule),
-                      **self.config.schedule}
         entries = {}
-        for name, spec in configured.items():
+        for name, spec in statics.configured(self.app, self.config).items():
             try:
                 entries[name] = self._maybe_entry(name, spec)
             except Exception as exc:
@@ -313,60 +291,16 @@ class RedBeatScheduler(Scheduler):
         no longer configured: two round trips for any number of statics. Fenced by the
         lease, except at start-up (``starting``), where every node writes its own, as
         in 2.4.2."""
+
+        def key_of(name: str) -> str:  # the entry class's key
+            return self.Entry.generate_key(self.app, name)
+
         if compat.shapes_statics(self, RedBeatScheduler):
-            self._sync_statics_through_update_from_dict()
-            return
-        statics = self.static_entries()
-        entries = list(statics.values())
-        recorded, stored = self.store.read_statics([entry.key for entry in entries])
-        writes = []
-        for entry, (meta_text, score) in zip(entries, stored, strict=True):
-            try:
-                upcoming = self._static_score(entry, meta_text, score, now)
-            except (ValueError, OverflowError) as exc:  # a schedule past its bounds
-                logger.error("beat: Skipping static entry %r: %s", entry.name, exc)
-                continue
-            writes.append(StaticWrite(  # the meta only lands on a static seen the first time
-                entry.key, entry.name, entry.definition_json(), meta_json(now, 0),
-                upcoming, changed_json("static-sync", actor="beat"),
-                entry.policy.to_json(), label_rules.save_field(entry.labels),
-            ))
-        removed = [(self.Entry.generate_key(self.app, name), name)  # the entry class's keys
-                   for name in recorded - set(statics)]
-        self.store.write_statics(writes, removed, None if starting else self._lease())
-        for _, name in removed:
-            logger.info("beat: Removed static entry %r (no longer in beat_schedule)", name)
-        logger.info("beat: Synced %d static entries", len(writes))
-
-    def _sync_statics_through_update_from_dict(self) -> None:
-        """2.4.2's way, for a subclass that overrides ``update_from_dict`` to shape the
-        statics: the configured entries go through it, one save each."""
-        configured = {**celery_default_entries(self.app, self.config.schedule),
-                      **self.config.schedule}
-        for name in self.store.static_names() - set(configured):
-            self.store.delete(self.Entry.generate_key(self.app, name))
-            self.store.forget_static(name)
-            logger.info("beat: Removed static entry %r (no longer in beat_schedule)", name)
-        self.update_from_dict(configured)
-        self.store.record_statics(configured)
-        logger.info("beat: Synced %d static entries through update_from_dict", len(configured))
-
-    @staticmethod
-    def _static_score(
-        entry: RedBeatSchedulerEntry, meta_text: str | None, score: float | None, now: datetime
-    ) -> float:
-        """The score a static is written with: by the one rule (redbeat.nextrun), from
-        its stored run history; a static seen the first time counts as having run now
-        (its meta is written so), so it first runs one interval from now, as in Celery."""
-        try:
-            meta = decoder.loads(meta_text) if meta_text else {}
-            last_run_at = meta.get("last_run_at") if isinstance(meta, dict) else None
-        except ValueError:
-            last_run_at = None
-        if not isinstance(last_run_at, datetime):
-            last_run_at = None if score is not None and score > 0 else now
-        return score_of(next_run(entry.schedule, entry.policy, entry.name, last_run_at, now,
-                                 score))
+            statics.sync_through(self.store, statics.configured(self.app, self.config),
+                                 key_of, self.update_from_dict)
+        else:
+            statics.sync(self.store, self.static_entries(), key_of,
+                         None if starting else self._lease(), now)
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -667,39 +601,15 @@ class RedBeatScheduler(Scheduler):
 
         Celery calls this twice on SIGTERM (from its signal handler, then as beat's loop
         unwinds), possibly while the loop waits on a frozen Redis or broker. Redis gets
-        one attempt, on a thread waited for at most CLOSE_TIMEOUT seconds, and is left
+        one attempt, on a thread waited for at most ``lock.CLOSE_TIMEOUT`` seconds, and is left
         to expire the lock otherwise; a send stuck on a hung broker is abandoned with
         its connection (its slot is still pending) rather than waited for."""
         if not self.dispatcher.closed:
             self.dispatcher.close()  # the publishing thread ends after its current send
-            self._farewell(self.lock if self.leading else None)
+            farewell(self.store, self.lock if self.leading else None, self.node_id)
         self.leading = False
         self.dispatcher.release()
         super().close()
-
-    def _farewell(self, lock: Lease | None) -> None:
-        outcome: list[bool | BaseException] = []
-
-        def attempt() -> None:
-            try:
-                outcome.append(self.store.farewell(lock, self.node_id))
-            except BaseException as exc:
-                outcome.append(exc)
-
-        thread = threading.Thread(target=attempt, name="redbeat-close", daemon=True)
-        thread.start()
-        thread.join(CLOSE_TIMEOUT)
-        if lock is None:
-            return  # the heartbeat goes stale by itself if Redis did not answer
-        expires = humanize_seconds(lock.timeout, prefix="within ")
-        if not outcome:
-            logger.warning("beat: Redis did not answer within %ss; the lock is not "
-                           "released and expires %s", CLOSE_TIMEOUT, expires)
-        elif isinstance(outcome[0], BaseException):
-            logger.warning("beat: Could not release the lock (%s); it expires %s",
-                           outcome[0], expires)
-        elif outcome[0]:
-            logger.info("beat: Released the lock")
 
     @property
     def schedule(self) -> dict[str, RedBeatSchedulerEntry]:
