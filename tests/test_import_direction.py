@@ -23,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "src" / "redbeat"
 PURE_CORE = {"compat", "keys", "decoder", "schedules", "nexttime", "nextrun", "policy",
              "planning", "batch", "failures", "schedule_text", "entry_input", "guards",
              "entry_fields", "legacy", "run_buckets", "heartbeat", "foreign", "runs", "redaction",
-             "fleet_clock", "memory_policy", "labels", "audit"}
+             "fleet_clock", "memory_policy", "labels", "audit", "replication"}
 #: Between the two: the core may import these. ``settings`` reaches no edge; ``entry``
 #: (2.4.2's entry class, which saves itself) reaches the store and what the store
 #: imports, and the app's runtime that holds the store, and nothing else of the edges

@@ -18,7 +18,7 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from .batch import Op, Row, definition_sha1
 from .failures import RECENT as RECENT_FAILURES
@@ -39,6 +39,7 @@ from .keys import (
     KeyLayout,
 )
 from .lock import Holder
+from .replication import WAIT_MS, ReplicaWatch
 from .retry import RetryPolicy
 from .settings import DEFAULT_HISTORY_STREAM_LENGTH
 
@@ -143,7 +144,8 @@ FetchStatus = Literal["leader", "acquired", "standby"]
 class Fetch:
     status: FetchStatus
     #: Redis's clock when tick.lua ran (epoch seconds): what the node's clock is set by
-    server_time: float
+    #: (None when an ACL refuses TIME)
+    server_time: float | None
     #: Why Redis refused this node's writes (its heartbeat, or taking a free lock): an
     #: OOM error under noeviction; None when it wrote them
     refused: str | None = None
@@ -199,6 +201,17 @@ class LockLost(Exception):
         self.holder = holder
 
 
+class NotReplicated(RedisError):
+    """The replicas did not acknowledge a tick's or a commit's writes in time: the
+    master may be being replaced, and what it wrote thrown away, so nothing of that
+    round trip is sent (replication.py). Raised after the writes were made."""
+
+    def __init__(self) -> None:
+        super().__init__(f"the replicas did not acknowledge the write within "
+                         f"{WAIT_MS / 1000:.1f}s (a failover may be under way); nothing "
+                         "is sent until they do")
+
+
 def has_hash_tag(prefix: str) -> bool:
     """Whether keys built on ``prefix`` share one Redis Cluster slot ('{redbeat}:')."""
     start = prefix.find("{")
@@ -226,6 +239,10 @@ class ScheduleStore:
         self.history_length = history_length
         #: why the last dispatch records could not be written (logged once), or None
         self.history_problem: str | None = None
+        #: whether the master has replicas, so that a leader's writes wait for one, and
+        #: whether an ACL refused that WAIT (said once)
+        self.replicas = ReplicaWatch()
+        self.wait_refused = False
         self._scripts = {
             name: client.register_script(load_script(name))
             for name in ("tick", "commit", "confirm", "hold", "read_statics", "sync_statics",
@@ -238,32 +255,77 @@ class ScheduleStore:
         """One script call under the retry policy."""
         return self.retry.call(lambda: self._call(name, keys, args))
 
+    def _run_acknowledged(self, name: str, keys: Sequence[str],
+                          args: Sequence[Any]) -> tuple[Reply, bool]:
+        """One script call followed, in the same round trip and on the same connection,
+        by ``WAIT`` for its replicas when it has some (not on Cluster, where a
+        pipeline cannot route a keyless WAIT), and whether what it wrote may be sent
+        on: every replica waited for acknowledged it, or none is waited for."""
+        if self.cluster or not self.replicas.expected:
+            return self._run(name, keys, args), True
+        script, replicas = self._scripts[name], self.replicas.expected
+
+        def run() -> list[Any]:
+            for _ in range(2):  # once more after loading a script the server lost
+                with self.client.pipeline(transaction=False) as pipe:
+                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                    pipe.wait(replicas, WAIT_MS)
+                    raw, acknowledged = pipe.execute(raise_on_error=False)
+                if not isinstance(raw, NoScriptError):
+                    break
+                script.sha = self.client.script_load(script.script)
+            if isinstance(raw, Exception):
+                raise raw
+            return [raw, acknowledged]
+
+        raw, acknowledged = self.retry.call(run)
+        reply = script_reply(name, raw)
+        if isinstance(acknowledged, ResponseError):  # an ACL without +wait
+            if not self.wait_refused:
+                logger.warning("beat: Redis refused WAIT (%s): commits are sent without "
+                               "waiting for a replica; a failover can make a slot go out "
+                               "twice (grant +wait)", acknowledged)
+            self.wait_refused = True
+            return reply, True
+        return reply, isinstance(acknowledged, int) and acknowledged >= replicas
+
+    def _note_replicas(self, connected: Any) -> None:
+        said = self.replicas.seen(None if connected is None else int(connected),
+                                  time.monotonic())
+        if said:
+            logger.warning("beat: %s", said)
+
     def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Reply:
         """One script call, one attempt."""
         return script_reply(name, self._scripts[name](keys=list(keys), args=list(args)))
 
     def preload(self) -> dict[str, str]:
-        """Load every script and read the eviction policy, in one round trip.
+        """Load every script and read the eviction policy and the replicas, in one
+        round trip.
 
         Loading now spares the first tick a NOSCRIPT retry. The policy is returned
-        ({} when the server or an ACL refuses CONFIG GET) for the start-up check.
+        ({} when the server or an ACL refuses CONFIG GET) for the start-up check; the
+        replica count tells whether the first commit waits for one (replication.py).
         """
         def load() -> Any:
             if self.cluster:  # keyless commands go to every node, not through a pipeline
                 shas = [self.client.script_load(script.script)
                         for script in self._scripts.values()]
-                return [*shas, self.client.config_get("maxmemory-policy",
-                                                      target_nodes="primaries")]
+                return [*shas, None, self.client.config_get("maxmemory-policy",
+                                                            target_nodes="primaries")]
             with self.client.pipeline(transaction=False) as pipe:
                 for script in self._scripts.values():
                     pipe.script_load(script.script)
+                pipe.info("replication")
                 pipe.config_get("maxmemory-policy")
                 return pipe.execute(raise_on_error=False)
         reply = self.retry.call(load)
         for script, sha in zip(self._scripts.values(), reply, strict=False):
             if isinstance(sha, str):
                 script.sha = sha
-        config = reply[-1]
+        replication, config = reply[-2:]
+        if isinstance(replication, dict) and replication.get("role") == "master":
+            self._note_replicas(replication.get("connected_slaves"))
         return config if isinstance(config, dict) else {}
 
     def forget_nodes_older_than(self, cutoff: float) -> None:
@@ -302,26 +364,33 @@ class ScheduleStore:
         return lease.name, lease.token, lease.timeout_ms
 
     def fetch(self, now: float, lease: Lease | None, batch: int, node_id: str) -> Fetch:
+        """The tick's round trip, waited for a replica as a commit is: a leader sends
+        the held slots it reads (NotReplicated when no replica acknowledged it)."""
         lock_key, token, timeout_ms = self._lease_args(lease)
-        reply = self._run(
+        reply, acknowledged = self._run_acknowledged(
             "tick",
             [self.keys.schedule, lock_key, self.keys.pending, self.keys.nodes,
              self.keys.held_definitions, self.keys.paused],
             [repr(now), batch, token, timeout_ms, node_id],
         )
-        status, (server_time, refused, *payload) = reply
+        status, (clock, refused, *payload) = reply
+        server_time = None if clock is None else float(clock)
         if status == "standby":
             holder, ttl = payload
-            return Fetch("standby", float(server_time), refused, holder=holder or None,
+            return Fetch("standby", server_time, refused, holder=holder or None,
                          holder_ttl_ms=int(ttl))
         if status == "acquired":
-            return Fetch("acquired", float(server_time), refused)
+            return Fetch("acquired", server_time, refused)
         if status != "leader":
             raise ResponseError(f"tick.lua replied with the unknown status {status!r}")
-        evicted, next_score, flat_pending, rows_json, flat_held, flat_policies = payload
+        if not acknowledged:
+            raise NotReplicated()
+        evicted, replicas, next_score, flat_pending, rows_json, flat_held, flat_policies = (
+            payload)
+        self._note_replicas(replicas)
         rows = [Row(key, float(score), *fields)
                 for key, score, *fields in json.loads(rows_json) or ()]
-        return Fetch("leader", float(server_time), refused,
+        return Fetch("leader", server_time, refused,
                      evicted_keys=None if evicted is None else int(evicted),
                      next_score=None if next_score is None else float(next_score),
                      pending=pairs(flat_pending), rows=rows, held=pairs(flat_held),
@@ -337,11 +406,14 @@ class ScheduleStore:
         # the bytes it was read as, which cjson passes through unchanged
         operations = json.dumps([op.as_json() for op in ops], ensure_ascii=False)
         lock_key, token, timeout_ms = self._lease_args(lease)
-        reply = self._run("commit", [self.keys.schedule, lock_key, self.keys.pending,
-                                     self.keys.held_definitions, self.keys.history],
-                          [token, timeout_ms, repr(claimed_at), node, operations,
-                           self.history_length, Holder.parse(node).process])
+        reply, acknowledged = self._run_acknowledged(
+            "commit", [self.keys.schedule, lock_key, self.keys.pending,
+                       self.keys.held_definitions, self.keys.history],
+            [token, timeout_ms, repr(claimed_at), node, operations, self.history_length,
+             Holder.parse(node).process])
         _applied, skipped, history = reply.fenced()
+        if not acknowledged:
+            raise NotReplicated()
         self._note_history(history)
         return set(skipped)
 

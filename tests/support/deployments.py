@@ -513,13 +513,14 @@ class SentinelProcess(Server):
 
 
 class SentinelDeployment:
-    """A master, one replica and ``sentinels`` sentinels (1 or 3; quorum a majority)
-    watching ``service``. ``down_after_ms`` and ``failover_timeout_ms`` are small so a
-    failover is quick."""
+    """A master, ``replicas`` replicas (one by default) and ``sentinels`` sentinels (1
+    or 3; quorum a majority) watching ``service``. ``down_after_ms`` and
+    ``failover_timeout_ms`` are small so a failover is quick."""
 
     def __init__(self, *, sentinels: int = 1, service: str = "mymaster",
                  quorum: int | None = None, down_after_ms: int = 1000,
-                 failover_timeout_ms: int = 3000, binary: str | None = None) -> None:
+                 failover_timeout_ms: int = 3000, binary: str | None = None,
+                 replicas: int = 1) -> None:
         if sentinels < 1:
             raise ValueError("at least one sentinel")
         self.service = service
@@ -528,7 +529,9 @@ class SentinelDeployment:
         self.down_after_ms = down_after_ms
         self.failover_timeout_ms = failover_timeout_ms
         self.master = Server(binary=binary, extra_args=FAST_REPLICATION)
-        self.replica = Server(binary=binary, extra_args=FAST_REPLICATION)
+        self.replicas = [Server(binary=binary, extra_args=FAST_REPLICATION)
+                         for _ in range(replicas)]
+        self.replica = self.replicas[0]
         self.sentinel_count = sentinels
         self.sentinel_processes: list[SentinelProcess] = []
         self.startup_seconds: float | None = None
@@ -536,7 +539,7 @@ class SentinelDeployment:
 
     @property
     def data_nodes(self) -> list[Server]:
-        return [self.master, self.replica]
+        return [self.master, *self.replicas]
 
     @property
     def sentinels(self) -> list[tuple[str, int]]:
@@ -550,10 +553,12 @@ class SentinelDeployment:
     def start(self) -> SentinelDeployment:
         began = time.monotonic()
         self.master.start()
-        self.replica.extra_args = [*self.replica.extra_args,
-                                   "--replicaof", HOST, str(self.master.port)]
-        self.replica.start()
-        wait_for(lambda: self._synced(self.replica), 15, "the replica to sync")
+        for replica in self.replicas:
+            replica.extra_args = [*replica.extra_args, "--replicaof", HOST,
+                                  str(self.master.port)]
+            replica.start()
+        wait_for(lambda: all(self._synced(replica) for replica in self.replicas), 15,
+                 "the replicas to sync")
         for _ in range(self.sentinel_count):
             process = SentinelProcess(
                 service=self.service, master_port=self.master.port, quorum=self.quorum,
@@ -704,7 +709,7 @@ class SentinelDeployment:
         return time.monotonic() - began
 
     def stop(self) -> None:
-        for node in [*self.sentinel_processes, self.replica, self.master]:
+        for node in [*self.sentinel_processes, *self.replicas, self.master]:
             node.cleanup()
 
     cleanup = stop

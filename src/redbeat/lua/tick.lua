@@ -18,15 +18,16 @@
 -- returns {'standby', now, refused, holder|false, pttl} when another node holds the lock
 --           (holder false: nobody does, and Redis refused this node's SET);
 --         {'acquired', now, refused} when this call just took the lock (nothing read yet);
---         {'leader', now, refused, evicted, next_score|false, pending, rows, held,
---           policies} otherwise, and
---         {'leader', now, refused, evicted, false, {}, '[]', {}, {}} while the schedule
---           is paused: the lock is kept and the heartbeat written, nothing is read, so
---           nothing is sent (due slots wait; held ones are re-sent once resumed);
+--         {'leader', now, refused, evicted, replicas, next_score|false, pending, rows,
+--           held, policies} otherwise, and
+--         {'leader', now, refused, evicted, replicas, false, {}, '[]', {}, {}} while the
+--           schedule is paused: the lock is kept and the heartbeat written, nothing is
+--           read, so nothing is sent (due slots wait; held ones are re-sent once resumed);
 --           now being Redis's clock (TIME) as "<seconds>.<microseconds>": each node
 --           measures its own clock's skew from it, in the round trip it makes anyway;
 --           refused: false, or the error Redis answered the heartbeat's write with (OOM);
---           evicted: INFO's evicted_keys (a decimal string; false without INFO), where
+--           evicted: INFO's evicted_keys (a decimal string; false without INFO),
+--           replicas: INFO's connected_slaves (likewise), where
 --           pending = {task_id, message, ...} (at most about batch size of them, in
 --           hash order: the client orders them by due time),
 --           held = {sha1, definition, ...}, each definition those records name, once,
@@ -39,8 +40,12 @@
 --                  (cjson would round a number to 14 digits)
 --           (one bulk string parses far faster in the client than thousands of
 --           array elements; bytes that are not UTF-8 pass through cjson unchanged)
-local clock = redis.call('TIME')
-local now = clock[1] .. '.' .. string.format('%06d', tonumber(clock[2]))
+-- (false when an ACL refuses TIME: the node keeps its own clock)
+local clock = redis.pcall('TIME')
+local now = false
+if clock[1] then
+  now = clock[1] .. '.' .. string.format('%06d', tonumber(clock[2]))
+end
 
 -- The heartbeat, or why Redis refused it: a Redis out of memory under noeviction
 -- refuses every write but answers reads, PEXPIRE and DEL, so a standby keeps standing
@@ -81,8 +86,13 @@ local oom = beat('leader')
 -- (false where the server's Lua has no INFO: fakeredis)
 local stats = redis.pcall('INFO', 'stats')
 local evicted = type(stats) == 'string' and string.match(stats, 'evicted_keys:(%d+)') or false
+-- this master's replicas: while it has some, the client waits for them to acknowledge
+-- the tick and the commit before it sends anything (replication.py)
+local replication = redis.pcall('INFO', 'replication')
+local replicas = type(replication) == 'string'
+  and string.match(replication, 'connected_slaves:(%d+)') or false
 if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
-  return {'leader', now, oom, evicted, false, {}, '[]', {}, {}}
+  return {'leader', now, oom, evicted, replicas, false, {}, '[]', {}, {}}
 end
 
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], 0, ARGV[1], 'WITHSCORES', 'LIMIT', 0, ARGV[2])
@@ -135,4 +145,4 @@ if #upcoming > 0 then
   next_score = upcoming[2]
 end
 -- cjson writes an empty table as {}: the client reads that as no rows
-return {'leader', now, oom, evicted, next_score, pending, cjson.encode(rows), held, policies}
+return {'leader', now, oom, evicted, replicas, next_score, pending, cjson.encode(rows), held, policies}

@@ -1,0 +1,89 @@
+"""Sentinel planned failover during 1,000-entry bursts (issue 22, item 3): a master,
+two replicas and a sentinel started here, a real ``celery beat`` on the Sentinel URL,
+and every slot's task id counted in the broker's queue, which is what a consumer
+receives. ``SENTINEL FAILOVER`` leaves the old master writable until the sentinel
+demotes it; commits made there meanwhile are thrown away. The leader waits (WAIT) for a
+replica to acknowledge each tick and commit before sending, so such a commit is never
+published: no slot is sent twice, and none is lost (the entries catch up)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from conftest import make_app
+from redbeat import RedBeatSchedulerEntry
+from redbeat.policy import EntryPolicy
+from support.deployments import SentinelDeployment, require_programs
+from support.processes import Cluster
+from support.redis_server import RedisServer
+
+pytestmark = pytest.mark.e2e
+
+ENTRIES = 1000
+EVERY = 5  # seconds between bursts
+
+
+def sentinel_settings(deployment: SentinelDeployment) -> dict[str, object]:
+    return {"redbeat_redis_url": "redis-sentinel://127.0.0.1/0",
+            "redbeat_redis_options": {"sentinels": [["127.0.0.1", deployment.sentinel_port]],
+                                      "service_name": deployment.service,
+                                      "retry_period": 60, "socket_timeout": 5}}
+
+
+def queued(broker: RedisServer) -> list[str]:
+    client = broker.client()
+    return [json.loads(raw)["headers"]["id"] for raw in client.lrange("celery", 0, -1)]
+
+
+def test_a_planned_failover_during_bursts_sends_no_slot_twice(tmp_path: Path) -> None:
+    require_programs("redis-server")  # the sentinel is redis-server --sentinel
+    deployment = SentinelDeployment(replicas=2).start()
+    broker = RedisServer().start()
+    cluster = None
+    try:
+        settings = sentinel_settings(deployment)
+        app = make_app(str(settings["redbeat_redis_url"]),
+                       redbeat_redis_options=settings["redbeat_redis_options"])
+        policy = EntryPolicy(coalesce=False, max_catch_up=20)  # late, never skipped
+        for number in range(ENTRIES):
+            RedBeatSchedulerEntry(f"burst-{number:04d}", "beatapp.record", float(EVERY),
+                                  app=app, policy=policy).save()
+        cluster = Cluster(tmp_path, broker.url, broker.url, beat_max_loop_interval=1,
+                          redbeat_lock_timeout=10, **settings)
+        beat = cluster.beat("beat")
+        deadline = time.monotonic() + 120
+        while len(queued(broker)) < 2 * ENTRIES:  # two bursts sent
+            assert time.monotonic() < deadline, beat.log()[-3000:]
+            time.sleep(0.2)
+        time.sleep(EVERY - 1.5)  # the failover just before the third burst
+        took = deployment.force_failover()
+        print(f"failover took {took:.2f}s")
+        wanted = len(queued(broker)) + 4 * ENTRIES  # four more bursts after it
+        deadline = time.monotonic() + 120
+        while len(queued(broker)) < wanted:
+            assert time.monotonic() < deadline, beat.log()[-3000:]
+            time.sleep(0.2)
+        assert beat.terminate() == 0
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        ids = queued(broker)
+        broker.cleanup()
+        deployment.stop()
+    counts = Counter(ids)
+    twice = sum(count - 1 for count in counts.values())
+    slots: dict[str, list[int]] = defaultdict(list)
+    for task_id in counts:
+        name, _, due = task_id.rpartition(":")
+        slots[name].append(int(due))
+    missing = sum(len(range(min(dues), max(dues), EVERY * 1000)) + 1 - len(dues)
+                  for dues in slots.values())
+    print(json.dumps({"messages": len(ids), "distinct": len(counts), "twice": twice,
+                      "missing": missing, "entries": len(slots)}))
+    assert len(slots) == ENTRIES
+    assert (twice, missing) == (0, 0)
