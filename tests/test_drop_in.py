@@ -9,6 +9,7 @@ real redis-server.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import tomllib
@@ -155,3 +156,25 @@ def test_item9_the_distribution_name_is_not_redbeat():
         assert not installs.search(doc.read_text()), doc
     for source in (ROOT / "src" / "redbeat").rglob("*.py"):
         assert not installs.search(source.read_text()), source
+
+
+def test_item5_a_listing_of_the_prefix_meets_only_entries(app, redis_server):
+    """2.4.2-era listings SCAN the prefix and read ``definition`` from each key, catching
+    only WRONGTYPE (what 2.4.2's own keys answer): the heartbeats every beat writes are
+    not a hash, and the hash earlier builds wrote is replaced at the next heartbeat."""
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    client.hset("redbeat::nodes", "old-build:1:aa", f"leader {time.time()}")
+    RedBeatSchedulerEntry("e", "tasks.e", 60.0, app=app).save()
+    scheduler = leader(app, Clock(time.time()))
+    scheduler.tick()
+    names = []
+    for key in client.scan_iter("redbeat:*"):
+        try:
+            definition = client.hget(key, "definition")
+        except redis.ResponseError:
+            continue
+        names.append(json.loads(definition)["name"])
+    assert sorted(names) == ["celery.backend_cleanup", "e"]  # Celery's own static too
+    assert client.type("redbeat::nodes") == "zset"
+    assert set(runtime_for(app).store.nodes()) == {scheduler.node_id}
+    scheduler.close()

@@ -76,7 +76,7 @@ def test_a_stuck_node_with_a_future_heartbeat_is_unhealthy(redis_server: RedisSe
     keys = ensure_conf(app).keys
     client = redis_server.client()
     ahead = time.time() + 3600
-    client.hset(keys.nodes, "stuck:7:aa", f"leader {ahead}")
+    client.zadd(keys.nodes, {"stuck:7:aa": ahead})  # a leader's heartbeat
     client.set(keys.lock, "stuck:7:aa", px=30_000)
     health = check(app, host="stuck")
     assert not health.healthy and "ahead of Redis's clock" in health.reason

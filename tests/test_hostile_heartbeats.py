@@ -24,7 +24,7 @@ from support.processes import Cluster
 from support.redis_server import RedisServer, free_port
 from support.web import WebServer, fetch
 
-#: Values another process (or an operator's HSET) can leave in the nodes hash.
+#: Heartbeat texts that do not read as one (the shape the nodes key is read as).
 HOSTILE_BEATS = [
     "standby not-a-time", "", "leader", "leader ", " 12", "leader nan", "leader inf",
     "leader -inf", "leader 1e400", "leader 12 13", "leader\udcff 5", "x" * 100_000,
@@ -51,14 +51,19 @@ def _run(url: str, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("value", HOSTILE_BEATS)
+#: Scores another process (or an operator's ZADD) can leave in the nodes sorted set that
+#: are no time: a standby's is negative, so neither sign of these reads as a tick.
+HOSTILE_SCORES = [0.0, float("inf"), float("-inf"), -0.0]
+
+
+@pytest.mark.parametrize("score", HOSTILE_SCORES)
 def test_every_reader_ignores_a_hostile_heartbeat(redis_server: RedisServer,
-                                                  value: str) -> None:
+                                                  score: float) -> None:
     app = make_app(redis_server.url)
     keys = ensure_conf(app).keys
     client = redis_server.client(encoding_errors="surrogateescape")
     now = time.time()
-    client.hset(keys.nodes, mapping={"good:1:aa": f"leader {now}", "bad:2:bb": value})
+    client.zadd(keys.nodes, {"good:1:aa": now, "bad:2:bb": score})
     client.set(keys.lock, "good:1:aa", px=30_000)
     state = manage.status(app, now=now)
     assert set(state.nodes) == {"good:1:aa"}
@@ -72,7 +77,7 @@ def test_a_lock_value_of_any_text_is_read(redis_server: RedisServer, value: str)
     keys = ensure_conf(app).keys
     client = redis_server.client(encoding_errors="surrogateescape")
     client.set(keys.lock, value, px=30_000)
-    client.hset(keys.nodes, "me:1:aa", f"standby {time.time()}")
+    client.zadd(keys.nodes, {"me:1:aa": -time.time()})  # a standby's
     state = manage.status(app)
     assert state.lock_holder == value
     # a lock held by a token without heartbeat is celery-redbeat 2.4.2's: the standby is
@@ -98,10 +103,10 @@ def test_a_garbage_heartbeat_while_two_nodes_run(tmp_path: Path,
         client = redis_server.client()
         deadline = time.monotonic() + 60
         pids = {str(first.pid), str(second.pid)}
-        while {node.split(":")[-2] for node in client.hkeys(keys.nodes)} != pids:
-            assert time.monotonic() < deadline, client.hgetall(keys.nodes)
+        while {node.split(":")[-2] for node in client.zrange(keys.nodes, 0, -1)} != pids:
+            assert time.monotonic() < deadline, client.zrange(keys.nodes, 0, -1)
             time.sleep(0.2)
-        client.hset(keys.nodes, "x", "standby not-a-time")
+        client.zadd(keys.nodes, {"x": float("-inf")})
         web = WebServer(url, directory=tmp_path)
         web.wait_ready()
         for process in (first, second):
@@ -158,8 +163,7 @@ def test_the_nodes_page_shows_what_it_can_read(redis_server: RedisServer, lock: 
     keys = ensure_conf(app).keys
     client = redis_server.client(encoding_errors="surrogateescape")
     client.set(keys.lock, lock, px=30_000)
-    client.hset(keys.nodes, mapping={node: f"leader {time.time()}",
-                                     "other:2:bb": f"standby {time.time()}"})
+    client.zadd(keys.nodes, {node: time.time(), "other:2:bb": -time.time()})
     page = create_app(app).test_client().get("/nodes", headers={"Host": "127.0.0.1"})
     assert page.status_code == 200
     assert "other pid 2" in page.get_data(as_text=True)

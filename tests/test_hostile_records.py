@@ -60,7 +60,7 @@ def test_members_outside_the_prefix_or_naming_internal_keys_are_removed_untouche
     now = [T0]
     client = get_redis(app)
     client.hset("otherapp:x", mapping={"definition": "theirs"})
-    client.hset("redbeat::nodes", "someone", "leader 1")
+    client.zadd("redbeat::nodes", {"someone": 1})
     client.zadd("redbeat::schedule", {"otherapp:x": 1, "redbeat::nodes": 1, "redbeat::lock": 1})
     save(app, "good")
     scheduler = leading(app, now)
@@ -70,7 +70,7 @@ def test_members_outside_the_prefix_or_naming_internal_keys_are_removed_untouche
     assert "redbeat:good" in members
     assert not members & {"otherapp:x", "redbeat::nodes", "redbeat::lock"}
     assert client.hgetall("otherapp:x") == {"definition": "theirs"}  # never written
-    assert "quarantine" not in client.hgetall("redbeat::nodes")
+    assert client.type("redbeat::nodes") == "zset"  # never written as an entry
     assert client.type("redbeat::lock") == "string"  # still the lock, not a hash
 
 
@@ -337,7 +337,7 @@ def test_a_failure_is_recorded_over_a_count_another_client_wrote(app, count):
     assert failures is not None and failures.count == 1
 
 
-@pytest.mark.parametrize(("suffix", "kind"), [("nodes", "hash"), ("pending", "hash"),
+@pytest.mark.parametrize(("suffix", "kind"), [("nodes", "zset"), ("pending", "hash"),
                                               ("statics", "set")])
 def test_another_type_at_an_internal_key_is_named_by_beat_the_cli_and_the_web(
         app, caplog, suffix, kind):

@@ -41,10 +41,10 @@ def test_an_unsupported_url_is_reported_without_its_password():
 def test_heartbeats_of_dead_nodes_are_forgotten_by_the_leader(redis_server):
     app = make_app(redis_server.url)
     client = get_redis(app)
-    client.hset("redbeat::nodes", mapping={"dead:1:a": "standby 1000", "junk": "leader x"})
+    client.zadd("redbeat::nodes", {"dead:1:a": -1000, "junk": float("inf")})
     scheduler = RedBeatScheduler(app)
     scheduler.tick()  # takes the lock, sweeps once
-    nodes = client.hgetall("redbeat::nodes")
+    nodes = dict(client.zrange("redbeat::nodes", 0, -1, withscores=True))
     assert "dead:1:a" not in nodes and "junk" not in nodes
     assert scheduler.node_id in nodes
     scheduler.close()

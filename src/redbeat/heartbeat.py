@@ -1,7 +1,8 @@
-"""A scheduler's heartbeat as tick.lua writes it (``<prefix>:nodes``: node id ->
-``"<role> <epoch seconds>"``), read defensively.
+"""A scheduler's heartbeat as tick.lua writes it (``<prefix>:nodes``, a sorted set:
+node id, scored with the epoch seconds of its last tick, negated for a standby), read
+defensively, as ``"<role> <epoch seconds>"`` per node.
 
-Any process can write that hash (an operator's ``HSET``, another release, a bug), and
+Any process can write that key (an operator's ``ZADD``, another release, a bug), and
 its readers are the probes supervisors act on: ``redbeat check``, ``redbeat status``,
 the /metrics gauges, the web view's Nodes page. So a field that does not read as a
 role and a finite, positive time is no heartbeat at all: its readers skip it (the
@@ -60,6 +61,13 @@ def readable_node(node: object) -> bool:
     """Whether a node id can be shown (a page, a metric label, a log line): printable
     text, which a non-UTF-8 field read back through ``surrogateescape`` is not."""
     return isinstance(node, str) and 0 < len(node) <= 512 and node.isprintable()
+
+
+def node_fields(members: list[tuple[str, float]]) -> dict[str, str]:
+    """The nodes sorted set's ``(node, score)`` members as ``node -> "<role> <epoch
+    seconds>"``: a negative score is a standby's."""
+    return {node: f"{'leader' if score >= 0 else 'standby'} {abs(score)!r}"
+            for node, score in members}
 
 
 def heartbeats(fields: dict[str, str]) -> dict[str, Heartbeat]:

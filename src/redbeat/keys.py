@@ -97,7 +97,10 @@ class KeyLayout:
 
     @property
     def nodes(self) -> str:
-        """Hash of scheduler heartbeats: node id -> "<role> <epoch seconds>"."""
+        """Sorted set of scheduler heartbeats: node id, scored with the epoch seconds of
+        its last tick, negated for a standby (redbeat.heartbeat). Not a hash: code that
+        lists the prefix's hashes as entries, as code written for 2.4.2 does, meets
+        only entries."""
         return f"{self.prefix}:nodes"
 
     @property
@@ -154,7 +157,7 @@ class KeyLayout:
         """The Redis type each internal key holds (what TYPE answers). Another type at
         one of them (another client's SET) makes every script that touches it fail."""
         return {self.schedule: "zset", self.statics: "set", self.pending: "hash",
-                self.held_definitions: "hash", self.nodes: "hash", self.lock: "string",
+                self.held_definitions: "hash", self.nodes: "zset", self.lock: "string",
                 self.failing: "zset", self.view_by_name: "zset",
                 self.view_by_last_run: "zset", self.view_by_last_run_building: "zset",
                 self.view_timeline: "string", self.history: "stream",

@@ -23,7 +23,7 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from .batch import Op, Row, definition_sha1
 from .failures import RECENT as RECENT_FAILURES
 from .failures import failure_json
-from .heartbeat import heartbeats
+from .heartbeat import heartbeats, node_fields
 from .keys import (
     CHANGED,
     CREATED,
@@ -335,7 +335,7 @@ class ScheduleStore:
         stale = [node for node in fields
                  if node not in readable or readable[node].at < cutoff]
         if stale:
-            self.retry.call(lambda: self.client.hdel(self.keys.nodes, *stale))
+            self.retry.call(lambda: self.client.zrem(self.keys.nodes, *stale))
 
     def misplaced_types(self, exc: Exception) -> str:
         """What Redis's WRONGTYPE ``exc`` means, in words: which internal keys hold
@@ -353,7 +353,9 @@ class ScheduleStore:
                          if kind not in ("none", want))
 
     def nodes(self) -> dict[str, str]:
-        return self.retry.call(lambda: self.client.hgetall(self.keys.nodes))
+        """Each node's heartbeat as ``"<role> <epoch seconds>"`` (redbeat.heartbeat)."""
+        return node_fields(self.retry.call(
+            lambda: self.client.zrange(self.keys.nodes, 0, -1, withscores=True)))
 
     # -- the tick: fetch, commit, confirm ---------------------------------------------
 
@@ -515,7 +517,7 @@ class ScheduleStore:
         released = False
         if lease is not None:
             released = self._call("release", [lease.name], [lease.token]).status == "ok"
-        self.client.hdel(self.keys.nodes, node_id)
+        self.client.zrem(self.keys.nodes, node_id)
         return released
 
     def lock_holder(self, lock_key: str | None = None) -> tuple[str | None, int]:
@@ -837,7 +839,8 @@ class ScheduleStore:
             pipe.zcount(keys.schedule, PARKED_SCORE, PARKED_SCORE),
             pipe.zcount(keys.schedule, 0, 0),
             pipe.eval(load_script("parked_sample"), 1, keys.schedule, sample),
-            pipe.hlen(keys.pending), pipe.hgetall(keys.nodes), pipe.info("server"),
+            pipe.hlen(keys.pending), pipe.zrange(keys.nodes, 0, -1, withscores=True),
+            pipe.info("server"),
             pipe.config_get("maxmemory-policy"),  # an ACL may refuse these five: not fatal
             pipe.time(), pipe.info("memory"), pipe.info("stats"),
             pipe.get(keys.paused),
@@ -849,7 +852,8 @@ class ScheduleStore:
         return {"holder": holder, "ttl": ttl, "total": total, "overdue": overdue,
                 "oldest": oldest, "following": following, "parked": parked, "waiting": waiting,
                 "reasons": [(key, reason or None) for key, reason in reasons],
-                "pending": pending, "nodes": nodes, "server": server, "policy": policy,
+                "pending": pending, "nodes": node_fields(nodes), "server": server,
+                "policy": policy,
                 "time": clock[0] + clock[1] / 1e6 if isinstance(clock, tuple) else None,
                 "memory": _dict_or_empty(memory), "stats": _dict_or_empty(stats),
                 "paused": paused}

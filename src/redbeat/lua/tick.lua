@@ -9,9 +9,12 @@
 -- ARGV[2] - batch size: at most this many due entries (and pending slots) per call
 -- ARGV[3] - lock token of this node; '' when locking is disabled
 -- ARGV[4] - lock timeout, milliseconds
--- KEYS[4] - nodes hash (node id -> "<role> <epoch seconds>"), the heartbeat that
---           `redbeat check`/`status` read
--- ARGV[5] - this node's id in the nodes hash
+-- KEYS[4] - nodes sorted set (member = node id, score = epoch seconds of its last tick,
+--           negated for a standby), the heartbeat that `redbeat check`/`status` read;
+--           not a hash, so code listing the prefix's hashes as entries (as code
+--           written for 2.4.2 does) meets only entries; the hash of earlier builds is
+--           replaced at the first heartbeat
+-- ARGV[5] - this node's id in the nodes sorted set
 -- KEYS[5] - held definitions hash (sha1 -> the definition text pending records name)
 -- KEYS[6] - paused flag (a string present while an operator pauses the schedule)
 --
@@ -62,7 +65,14 @@ local function refused(reply)
 end
 
 local function beat(role)
-  return refused(redis.pcall('HSET', KEYS[4], ARGV[5], role .. ' ' .. ARGV[1]))
+  local stamp = role == 'leader' and ARGV[1] or ('-' .. ARGV[1])
+  local reply = redis.pcall('ZADD', KEYS[4], stamp, ARGV[5])
+  if type(reply) == 'table' and reply.err and string.find(reply.err, 'WRONGTYPE', 1, true)
+      and redis.call('TYPE', KEYS[4]).ok == 'hash' then
+    redis.call('DEL', KEYS[4])  -- heartbeats only: each node writes its own again
+    reply = redis.pcall('ZADD', KEYS[4], stamp, ARGV[5])
+  end
+  return refused(reply)
 end
 
 local token = ARGV[3]
