@@ -134,3 +134,34 @@ def test_an_entry_that_cannot_be_decoded_counts_once(redis_server: Any) -> None:
     found = compute_timeline(app, start + 1)
     assert found.unreadable == 1 and found.expanded == 2
     assert found.buckets[0].count == 2 and sum(b.count for b in found.buckets) == 25
+
+
+def test_entries_that_run_every_second_are_the_steady_load_not_the_bars(
+        redis_server: Any) -> None:
+    """Two entries every second and one every 30 s (the steady load: 122 runs a minute)
+    do not drown an hourly entry: each bucket keeps them apart, and the page's columns
+    show the hourly runs on a scale of their own while it states the steady load."""
+    from redbeat.web import create_app
+
+    app = make_app(redis_server.url)
+    start = window_start()
+    write_entries(app, [("second-a", "tasks.s", start + 1, {"every": 1.0}),
+                        ("second-b", "tasks.s", start + 1, {"every": 1.0}),
+                        ("half-minute", "tasks.s", start + 1, {"every": 30.0}),
+                        ("hourly", "tasks.h", start + 300, {"every": 3600.0})])
+    found = compute_timeline(app, start + 1)
+    assert found.frequent == 3 and set(found.frequent_names) == {
+        "second-a", "second-b", "half-minute"}
+    assert [bucket.steady for bucket in found.buckets[1:]] == [122] * 1439
+    bursts = [bucket.bursts for bucket in found.buckets]
+    assert sum(bursts) == 24 and bursts[5] == 1  # the hourly entry's runs only
+    again = browse.Timeline.from_json(found.to_json(), 0.0)
+    assert [bucket.steady for bucket in again.buckets] == [
+        bucket.steady for bucket in found.buckets] and again.frequent == 3
+    page = create_app(app).test_client().get("/timeline", headers={"Host": "127.0.0.1"})
+    text = page.get_data(as_text=True)
+    assert "Steady load, not in the columns: 3 entries run every minute" in text
+    assert "122 runs a minute" in text
+    assert text.count('class="bar"') == 24  # one column per hourly run, at full height
+    assert 'height="150"' in text
+    assert len(text) < 60_000  # 144 columns, not 1,440 bars

@@ -32,7 +32,14 @@ from .entry import InvalidEntry, RedBeatSchedulerEntry, parse_meta
 from .keys import KeyLayout
 from .manage import EntryInfo, entry_info
 from .nextrun import NextRun, from_score, next_run
-from .run_buckets import SECOND, RunCounter, Tally, runs_between, score_micros
+from .run_buckets import (
+    SECOND,
+    RunCounter,
+    Tally,
+    plain_step,
+    runs_between,
+    score_micros,
+)
 from .runtime import store_for
 from .settings import ensure_conf
 from .store import ScheduleStore
@@ -364,11 +371,23 @@ TIMELINE_BUDGET, TIMELINE_CHUNK = 20_000, 1_000
 TIMELINE_LIFETIME, TIMELINE_REFRESH = 300, 30
 
 
+#: An entry that runs at least this often (a plain interval of at most a minute) is the
+#: schedule's steady load: counted apart, so it does not drown the other entries' runs.
+FREQUENT_STEP = 60 * SECOND
+
+
 @dataclass(frozen=True)
 class Bucket:
     start: float
     end: float
+    #: every run due in the bucket, and those of them from frequent entries
     count: int
+    steady: int = 0
+
+    @property
+    def bursts(self) -> int:
+        """The runs that are not the steady load: what the chart's bars show."""
+        return self.count - self.steady
 
 
 @dataclass
@@ -388,6 +407,9 @@ class Timeline:
     #: seconds the computation took, and seconds since it ran (when read back)
     seconds: float = 0.0
     age: float = 0.0
+    #: entries that run every minute or more often (FREQUENT_STEP), a few of their names
+    frequent: int = 0
+    frequent_names: list[str] = field(default_factory=list)
 
     @property
     def partial(self) -> bool:
@@ -398,9 +420,11 @@ class Timeline:
             "start": self.buckets[0].start if self.buckets else 0.0,
             "width": self.buckets[0].end - self.buckets[0].start if self.buckets else 60.0,
             "counts": [bucket.count for bucket in self.buckets],
+            "steady": [bucket.steady for bucket in self.buckets],
             "computed_at": self.computed_at, "expanded": self.expanded,
             "counted_once": self.counted_once, "capped": self.capped,
-            "unreadable": self.unreadable, "seconds": self.seconds})
+            "unreadable": self.unreadable, "seconds": self.seconds,
+            "frequent": self.frequent, "frequent_names": self.frequent_names})
 
     @classmethod
     def from_json(cls, text: str, age: float) -> Timeline:
@@ -414,11 +438,14 @@ class Timeline:
         if not (math.isfinite(start) and 0 < width <= 3600 and start > 0
                 and len(data["counts"]) <= 2 * 24 * 60):
             raise ValueError(f"not a timeline: start {start}, width {width}")
-        buckets = [Bucket(start + width * at, start + width * (at + 1), int(count))
+        steady = data.get("steady") or [0] * len(data["counts"])  # an older release's
+        buckets = [Bucket(start + width * at, start + width * (at + 1), int(count),
+                          int(steady[at]))
                    for at, count in enumerate(data["counts"])]
         return cls(buckets, float(data["computed_at"]), int(data["expanded"]),
                    int(data["counted_once"]), int(data["capped"]), int(data["unreadable"]),
-                   float(data["seconds"]), age)
+                   float(data["seconds"]), age, int(data.get("frequent", 0)),
+                   [str(name) for name in data.get("frequent_names", [])][:5])
 
 
 def first_run(entry: RedBeatSchedulerEntry, score: float, now: float) -> NextRun | None:
@@ -440,6 +467,7 @@ def compute_timeline(app: Celery, now: float, minutes: int = 24 * 60, width: int
     first = int(now // width) * width
     end = first + width * minutes
     runs = RunCounter(Tally(first * SECOND, width * SECOND, minutes))
+    steady = RunCounter(Tally(first * SECOND, width * SECOND, minutes))
     firsts = Tally(first * SECOND, width * SECOND, minutes)
     timeline = Timeline([], now)
     cursor, skip, more = float(first), 0, True
@@ -451,13 +479,16 @@ def compute_timeline(app: Celery, now: float, minutes: int = 24 * 60, width: int
             timeline.expanded += 1
             firsts.add(score_micros(score))
             if keys.is_entry_key(key):
-                _expand(app, timeline, runs, key, score, (definition, meta, policy), now)
+                _expand(app, timeline, (runs, steady), key, score,
+                        (definition, meta, policy), now)
         if rows:
             last = rows[-1][1]
             same = sum(1 for row in rows if row[1] == last)
             skip, cursor = (skip + same if last == cursor else same), last
-    counts = runs.totals()
-    timeline.capped = runs.capped
+    steady_counts = steady.totals()
+    counts = [own + frequent for own, frequent in zip(runs.totals(), steady_counts,
+                                                      strict=True)]
+    timeline.capped = runs.capped + steady.capped
     if more:  # the budget ran out: the rest count once, at their next run
         edges = [float(first + width * at) for at in range(minutes + 1)]
         everyone = store.due_counts(edges)
@@ -466,21 +497,30 @@ def compute_timeline(app: Celery, now: float, minutes: int = 24 * 60, width: int
             rest = max(everyone[at] - mine[at], 0)
             counts[at] += rest
             timeline.counted_once += rest
-    timeline.buckets = [Bucket(first + width * at, first + width * (at + 1), count)
-                        for at, count in enumerate(counts)]
+    timeline.buckets = [Bucket(first + width * at, first + width * (at + 1), count,
+                               steady_counts[at]) for at, count in enumerate(counts)]
     timeline.seconds = time.perf_counter() - started
     return timeline
 
 
-def _expand(app: Celery, timeline: Timeline, runs: RunCounter, key: str, score: float,
-            fields: tuple[str | None, str | None, str | None], now: float) -> None:
-    """Count one entry's runs; one it cannot decode, or whose schedule fails to say
-    when it runs, counts once, at its score (the page says how many)."""
+def _expand(app: Celery, timeline: Timeline, counters: tuple[RunCounter, RunCounter],
+            key: str, score: float, fields: tuple[str | None, str | None, str | None],
+            now: float) -> None:
+    """Count one entry's runs, in the steady counter when it runs every minute or more
+    often; one it cannot decode, or whose schedule fails to say when it runs, counts
+    once, at its score (the page says how many)."""
+    runs, steady = counters
     definition, meta, policy = fields
     try:
         entry = RedBeatSchedulerEntry.decode(app, key, definition, meta, policy=policy)
         slot = first_run(entry, score, now)
         if slot is not None:
+            step = plain_step(entry.schedule, entry.policy)
+            if step is not None and step <= FREQUENT_STEP:
+                runs = steady
+                timeline.frequent += 1
+                if len(timeline.frequent_names) < 5:
+                    timeline.frequent_names.append(entry.name)
             runs.add(slot, score, entry.schedule, entry.policy, entry.name)
             return
     except Exception:  # InvalidEntry, or a schedule class of the app's own that fails

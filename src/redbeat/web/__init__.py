@@ -44,11 +44,18 @@ def registered_tasks(celery_app: Celery) -> Callable[[], Collection[str] | None]
 
 
 def create_app(celery_app: Celery, settings: WebSettings | None = None,
-               zone: Any = None, check_tasks: bool = True) -> Flask:
+               zone: Any = None, check_tasks: bool = True,
+               authorize: Callable[[dict[str, Any]], bool] | None = None) -> Flask:
     """The WSGI app for ``celery_app``'s schedule. ``zone``: where times are shown
     (default: the app's zone). ``check_tasks``: refuse a task name the app does not
     register, as ``celery -A proj redbeat add`` does (the standalone ``redbeat``
-    command, which has no app's tasks to know, passes False)."""
+    command, which has no app's tasks to know, passes False).
+
+    ``authorize``: for a view mounted inside another app (under a prefix, by
+    ``werkzeug.middleware.dispatcher.DispatcherMiddleware`` or the like), the host
+    app's login: called with each request's WSGI environ, True serves it, False
+    answers 403. It replaces the view's own Host check and credentials (which guard
+    it when it serves alone); CSRF, the CSP and everything else stay. See docs/web.md."""
     from . import views
 
     settings = settings or WebSettings()
@@ -67,10 +74,14 @@ def create_app(celery_app: Celery, settings: WebSettings | None = None,
 
     @app.before_request
     def guard() -> Response | None:
-        if not host_allowed(request.headers.get("Host"), settings):
+        if authorize is not None:
+            if not authorize(request.environ):
+                abort(403, "log in to the application this view is part of")
+        elif not host_allowed(request.headers.get("Host"), settings):
             abort(403, "this server answers only to local names (127.0.0.1, localhost) "
                        "when it has no credentials")
-        if not authorized(request.headers.get("Authorization"), settings):
+        if authorize is None and not authorized(request.headers.get("Authorization"),
+                                                settings):
             return Response("authentication required\n", 401,
                             {"WWW-Authenticate": 'Basic realm="redbeat"'})
         if request.method not in ("GET", "HEAD"):

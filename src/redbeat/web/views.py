@@ -48,8 +48,8 @@ from .security import WebSettings
 from .times import absolute, stamp
 
 blueprint = Blueprint("redbeat", __name__)
-#: Timeline bar chart geometry (pixels): one bar per minute.
-CHART_HEIGHT, BAR_WIDTH = 160, 1
+#: The timeline's chart: one column per ten minutes, its geometry in pixels.
+COLUMN_MINUTES, COLUMN_WIDTH, AXIS_WIDTH, CHART_HEIGHT = 10, 8, 44, 160
 #: Entries read per round trip when a bulk action collects every match of a filter,
 #: and the names a confirmation page lists.
 BULK_PAGE, SHOWN_NAMES = 500, 20
@@ -565,29 +565,52 @@ def _changed_fields(old: RedBeatSchedulerEntry | None, parts: entry_form.Parts) 
 # -- timeline and nodes ----------------------------------------------------------------
 
 
+def _column(buckets: list[browse.Bucket], zone: tzinfo, x: int) -> dict[str, Any]:
+    """One column of the chart: the runs of ``buckets`` (ten minutes) beside the steady
+    load, and the busiest minute among them (what the bar's height shows)."""
+    busiest = max(buckets, key=lambda bucket: bucket.bursts)
+    start, end = buckets[0].start, buckets[-1].end
+    return {"x": x, "runs": sum(bucket.bursts for bucket in buckets),
+            "peak": busiest.bursts, "peak_label": browse.minute_label(busiest.start, zone),
+            "label": f"{browse.minute_label(start, zone)}–{browse.minute_label(end, zone)}",
+            "link": url_for(".entries", **{"from": repr(start), "to": repr(end), "runs": 1})}
+
+
 @blueprint.route("/timeline")
 def timeline_page() -> str:
+    """Runs due over the next 24 hours, readable whatever the schedule: one column per
+    ten minutes (144 links, not 1,440), each as high as its busiest minute on a labelled
+    scale; entries that run every minute or more often are the steady load, stated
+    apart instead of raising every bar."""
     context = _context()
     timeline = browse.timeline(context.celery_app, time.time())
     buckets = timeline.buckets
-    peak = max((bucket.count for bucket in buckets), default=0)
+    columns = [_column(buckets[at:at + COLUMN_MINUTES], context.zone,
+                       AXIS_WIDTH + at // COLUMN_MINUTES * COLUMN_WIDTH)
+               for at in range(0, len(buckets), COLUMN_MINUTES)]
+    peak = max((column["peak"] for column in columns), default=0)
     scale = (CHART_HEIGHT - 10) / peak if peak else 0
-    bars: list[dict[str, Any]] = [
-        {"x": index * BAR_WIDTH, "height": max(round(bucket.count * scale), 3),  # visible
-             "count": bucket.count,
-             "label": browse.minute_label(bucket.start, context.zone),
-             "link": url_for(".entries", **{"from": repr(bucket.start),
-                                            "to": repr(bucket.end), "runs": 1})}
-            for index, bucket in enumerate(buckets) if bucket.count]
-    busiest = sorted(bars, key=lambda bar: -bar["count"])[:10]
+    for column in columns:
+        column["height"] = max(round(column["peak"] * scale), 2) if column["peak"] else 0
+    steady = [bucket.steady for bucket in buckets]
+    busiest = sorted((bucket for bucket in buckets if bucket.bursts),
+                     key=lambda bucket: -bucket.bursts)[:10]
     return render_template(
-        "timeline.html", timeline=timeline, bars=bars, busiest=busiest, peak=peak,
-        total=sum(bucket.count for bucket in buckets), width=len(buckets) * BAR_WIDTH,
-        bar_width=BAR_WIDTH, refresh=browse.TIMELINE_REFRESH, cap=RUN_CAP,
-        height=CHART_HEIGHT, start=datetime.fromtimestamp(buckets[0].start, tz=timezone.utc),
-        hours=[{"x": index * BAR_WIDTH, "label": browse.minute_label(bucket.start,
-                                                                     context.zone)}
-               for index, bucket in enumerate(buckets) if index % 180 == 0],
+        "timeline.html", timeline=timeline, columns=columns, peak=peak,
+        ticks=[{"y": CHART_HEIGHT - round(value * scale), "value": value}
+               for value in sorted({0, peak // 2, peak})] if peak else [],
+        busiest=[{"label": browse.minute_label(bucket.start, context.zone),
+                  "count": bucket.bursts, "steady": bucket.steady,
+                  "link": url_for(".entries", **{"from": repr(bucket.start),
+                                                 "to": repr(bucket.end), "runs": 1})}
+                 for bucket in busiest],
+        total=sum(bucket.count for bucket in buckets),
+        bursts=sum(bucket.bursts for bucket in buckets),
+        steady_low=min(steady, default=0), steady_high=max(steady, default=0),
+        width=AXIS_WIDTH + len(columns) * COLUMN_WIDTH, column_width=COLUMN_WIDTH - 1,
+        axis=AXIS_WIDTH, refresh=browse.TIMELINE_REFRESH, cap=RUN_CAP, height=CHART_HEIGHT,
+        start=datetime.fromtimestamp(buckets[0].start, tz=timezone.utc),
+        hours=[column for at, column in enumerate(columns) if at % 18 == 0],  # 3 hours
     )
 
 
