@@ -121,7 +121,7 @@ def test_creates_each_kind_of_entry_with_its_options_and_policy(
     policy = entry.policy
     assert (policy.misfire_grace_time, policy.jitter, policy.ttl) == (300, 30, 86400)
     assert policy.end_time.year == 2032
-    assert "by web (create)" in page.inner_text("#changed")
+    assert "through web (create)" in page.inner_text("#changed")
     if kind == "cron":
         screenshot(page, "console-entry")
 
@@ -175,7 +175,7 @@ def test_edit_keeps_what_it_does_not_change_and_records_what_changed(
     entry = manage.get_entry(app, "kept").entry
     assert entry.schedule.run_every.total_seconds() == 7200
     assert entry.options == {"retry": False, "queue": "slow"} and entry.args == [1]
-    assert "by web (edit: schedule, options)" in page.inner_text("#changed")
+    assert "through web (edit: schedule, options)" in page.inner_text("#changed")
 
 
 def test_delete_and_disable_ask_first(web: WebServer, page: Any, app: Any) -> None:
@@ -402,3 +402,35 @@ def test_the_task_name_is_checked_as_the_cli_checks_it(redis: RedisServer) -> No
     empty = client.post("/entry/save", data={**form, "name": "empty", "task": " ",
                                              "accept_task": "1"})
     assert "Task: the task name is empty" in empty.get_data(as_text=True)
+
+
+def test_labels_filter_bulk_change_form_and_audit(web: WebServer, page: Any, app: Any) -> None:
+    """Labels in the console: set in the form, shown as links, filtered on, changed in
+    bulk through the filter; the entry page says who created and changed it."""
+    for i in range(3):
+        RedBeatSchedulerEntry(f"acme-{i}", "tasks.bulk", 60.0, app=app,
+                              labels=["tenant:acme"]).save(actor="ana")
+    RedBeatSchedulerEntry("other-tenant", "tasks.bulk", 60.0, app=app,
+                          labels=["tenant:zeta"]).save()
+    page.goto(web.url + "/entries?label=tenant:acme")
+    assert sorted(page.locator("td.name > a:first-child").all_inner_texts()) == [
+        "acme-0", "acme-1", "acme-2"]
+    page.check("#scope-filter")
+    page.click("#bulk-disable")
+    assert page.inner_text("#confirm-title") == "Disable 3 entries?"
+    page.click("#confirm")
+    assert [manage.get_entry(app, f"acme-{i}").state for i in range(3)] == ["disabled"] * 3
+    assert manage.get_entry(app, "other-tenant").state == "enabled"
+    assert page.input_value("input[name=label]") == "tenant:acme"
+    page.goto(web.url + "/entry?name=acme-0")
+    assert page.inner_text("#labels").strip() == "tenant:acme"
+    assert " by ana through python on " in page.inner_text("#created")
+    page.goto(web.url + "/entry/edit?name=other-tenant")
+    page.fill("[name=labels]", "tenant:zeta, billing")
+    page.click("#save")
+    assert manage.get_entry(app, "other-tenant").labels == ("billing", "tenant:zeta")
+    assert "labels)" in page.inner_text("#changed")
+    page.goto(web.url + "/entry/edit?name=other-tenant")
+    page.fill("[name=labels]", "bad\u0007label")
+    page.click("#save")
+    assert "Labels: label" in page.inner_text("#error-labels")

@@ -16,6 +16,7 @@ from datetime import datetime, tzinfo
 from typing import Any
 
 from .. import guards
+from .. import labels as label_rules
 from ..entry_input import (
     SCHEDULE_FIELDS,
     FieldError,
@@ -35,13 +36,13 @@ LABELS = {"name": "Name", "task": "Task", "schedule": "Schedule", "zone": "Zone"
           "args_json": "Arguments", "kwargs_json": "Keyword arguments", "queue": "Queue",
           "priority": "Priority", "expires": "Expires", "options_json": "Other options",
           "start": "Start", "end": "End", "misfire_grace": "Misfire grace",
-          "coalesce": "Coalesce", "jitter": "Jitter", "ttl": "TTL",
+          "coalesce": "Coalesce", "jitter": "Jitter", "ttl": "TTL", "labels": "Labels",
           **{kind: "Schedule" for kind in KINDS}}
 #: The options that have a field of their own; the rest are edited as JSON.
 OWN_OPTIONS = ("queue", "priority", "expires")
 TEXT_FIELDS = ("name", "task", "kind", "schedule", "zone", "args_json", "kwargs_json",
                "queue", "priority", "expires", "options_json", "start", "end",
-               "misfire_grace", "jitter", "ttl", "coalesce")
+               "misfire_grace", "jitter", "ttl", "coalesce", "labels")
 
 
 def label(name: str) -> str:
@@ -97,6 +98,7 @@ def from_entry(entry: Any, app_zone: tzinfo) -> EntryForm:
         "misfire_grace": _seconds(policy.misfire_grace_time), "jitter":
             _seconds(policy.jitter) if policy.jitter else "", "ttl": _seconds(policy.ttl),
         "coalesce": "yes" if policy.coalesce else "no",
+        "labels": ", ".join(entry.labels or ()),
     }
     return EntryForm(values)
 
@@ -120,6 +122,7 @@ class Parts:
     kwargs: dict[str, Any] | None = None
     options: dict[str, Any] | None = None
     policy: EntryPolicy | None = None
+    labels: tuple[str, ...] = ()
 
 
 def read(form: EntryForm, base_policy: EntryPolicy,
@@ -167,6 +170,11 @@ def read(form: EntryForm, base_policy: EntryPolicy,
         parts.policy = policy_from(policy_values, base_policy, label, default_zone)
     except FieldError as exc:
         form.errors[exc.field] = str(exc)
+    try:
+        parts.labels = label_rules.normalized(
+            [text for text in values["labels"].split(",") if text.strip()])
+    except ValueError as exc:
+        form.errors["labels"] = f"Labels: {exc}"
     return parts
 
 

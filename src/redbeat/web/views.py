@@ -31,10 +31,11 @@ from flask import (
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
-from .. import browse, guards, manage
+from .. import audit, browse, guards, manage
+from .. import labels as label_rules
 from ..entry import InvalidEntry, RedBeatSchedulerEntry
 from ..failures import Failures, read_failures
-from ..keys import CHANGED, MISFIRES
+from ..keys import CHANGED, CREATED, MISFIRES
 from ..lock import Holder, expiry_words
 from ..nextrun import score_time
 from ..redaction import redact
@@ -54,7 +55,7 @@ COLUMN_MINUTES, COLUMN_WIDTH, AXIS_WIDTH, CHART_HEIGHT = 10, 8, 44, 160
 #: and the names a confirmation page lists.
 BULK_PAGE, SHOWN_NAMES = 500, 20
 #: The filter fields a bulk action carries (the entries page's query string).
-FILTER_FIELDS = ("order", "state", "name", "task", "from", "to", "runs")
+FILTER_FIELDS = ("order", "state", "name", "task", "label", "from", "to", "runs")
 
 
 @dataclass(frozen=True)
@@ -136,13 +137,24 @@ def _query(args: Any) -> browse.Query:
     return browse.Query(order=order if order in browse.ORDERS else "next",
                         state=state if state in browse.STATES else "",
                         name=args.get("name", "")[:200], task=args.get("task", "")[:200],
+                        labels=_label_arg(args),
                         due_from=_float_arg(args, "from"), due_to=_float_arg(args, "to"),
                         runs=args.get("runs") == "1", start=start)
 
 
+def _label_arg(args: Any) -> tuple[str, ...]:
+    """The label filter (one label); none when it is not a label (nothing matches a
+    label that cannot exist, so a bad one filters nothing out rather than erring)."""
+    try:
+        return label_rules.normalized(args.get("label", "")[:200] or None)
+    except ValueError:
+        return ()
+
+
 def _filter_args(query: browse.Query, **changes: Any) -> dict[str, Any]:
     values = {"order": query.order, "state": query.state, "name": query.name,
-              "task": query.task, "from": query.due_from, "to": query.due_to,
+              "task": query.task, "label": query.labels[0] if query.labels else None,
+              "from": query.due_from, "to": query.due_to,
               "runs": 1 if query.runs else None, "start": query.start, **changes}
     return {key: value for key, value in values.items()
             if value is not None and value != "" and value != 0}
@@ -167,7 +179,7 @@ def _row(info: manage.EntryInfo) -> dict[str, Any]:
         "next": info.next_run, "last": last_run,
         "runs": entry.total_run_count if entry else "-",
         "failed": failures.count if failures else 0,
-        "state": info.shown_state, "static": info.static,
+        "state": info.shown_state, "static": info.static, "labels": info.labels,
     }
 
 
@@ -253,16 +265,16 @@ def _runs(info: manage.EntryInfo, lost_after: float) -> dict[str, Any]:
 
 
 def _change(raw: str | None) -> dict[str, Any] | None:
-    """The last change as who, when and from where; None when there is none, and the
-    stored text as it is when it is not what redbeat writes."""
+    """A ``created``/``changed`` record as when, who, through what and from where; None
+    when there is none, and the stored text as it is when it is not what redbeat
+    writes."""
     if not raw:
         return None
-    try:
-        record = json.loads(raw)
-        return {"by": str(record.get("by", "?")), "at": _moment(record["at"]),
-                "node": str(record.get("node", "?")), "raw": None}
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+    change = audit.read(raw)
+    if change is None:
         return {"raw": raw}
+    return {"at": change.at, "actor": change.actor, "through": change.through or "?",
+            "node": change.node or "?", "raw": None}
 
 
 def _misfires(raw: str | None) -> dict[str, Any] | None:
@@ -326,6 +338,7 @@ def entry_page() -> str:
                   for failure in failures.recent] if failures else [],
         failed=failures.count if failures else 0,
         misfires=_misfires(info.fields.get(MISFIRES)), change=_change(info.fields.get(CHANGED)),
+        created=_change(info.fields.get(CREATED)),
         raw=_raw_json(info.fields.get("definition")) if info.entry is None else None,
         actions=applicable(info.shown_state, info.entry is not None), action_words=ACTIONS,
     )
@@ -357,7 +370,8 @@ def _targets(form: Any) -> tuple[list[str], bool]:
 def _apply(app: Celery, action: str, name: str) -> str | None:
     """Do ``action`` to one entry; returns the run-now task id, or None."""
     if action in ("enable", "disable"):
-        manage.set_enabled(app, name, action == "enable", changed_by=f"web ({action})")
+        manage.set_enabled(app, name, action == "enable", changed_by=f"web ({action})",
+                           actor=_actor())
     elif action == "release":
         release = manage.release_quarantined(app, names=[name], changed_by="web (release)")
         if release.kept:
@@ -367,6 +381,16 @@ def _apply(app: Celery, action: str, name: str) -> str | None:
     else:
         manage.delete_entry(app, name)
     return None
+
+
+def _actor() -> str | None:
+    """Who a change made here is recorded as: the user the host application signed in
+    (``REMOTE_USER``, when mounted behind its login), else the HTTP basic user; None
+    (the web process's own user) for a bearer token or no credentials."""
+    user = request.environ.get("REMOTE_USER")
+    if not user and request.authorization is not None:
+        user = request.authorization.username
+    return str(user) if user else None
 
 
 def _back(names: list[str], action: str, form: Any) -> str:
@@ -526,13 +550,15 @@ def save_entry() -> Response | tuple[str, int]:
             changed = _changed_fields(old, parts)
             manage.edit_entry(app, editing.name,
                               changed_by=f"web (edit: {', '.join(changed) or 'nothing'})",
-                              task=parts.task, schedule=parts.schedule, args=parts.args,
-                              kwargs=parts.kwargs, options=parts.options, policy=parts.policy)
+                              actor=_actor(), task=parts.task, schedule=parts.schedule,
+                              args=parts.args, kwargs=parts.kwargs, options=parts.options,
+                              policy=parts.policy, labels=parts.labels)
         else:
             RedBeatSchedulerEntry(parts.name, parts.task, parts.schedule, args=parts.args,
                                   kwargs=parts.kwargs, options=parts.options,
                                   enabled=request.form.get("disabled") != "1", app=app,
-                                  policy=parts.policy).save(changed_by="web (create)")
+                                  policy=parts.policy, labels=parts.labels,
+                                  ).save(changed_by="web (create)", actor=_actor())
     except (ValueError, InvalidEntry) as exc:
         form.errors["form"] = f"not saved: {exc}"
         return _render_form(form, editing, parts, 400)
@@ -558,7 +584,8 @@ def _changed_fields(old: RedBeatSchedulerEntry | None, parts: entry_form.Parts) 
              "args": (list(old.args or []), parts.args),
              "kwargs": (dict(old.kwargs or {}), parts.kwargs),
              "options": (old.options or None, parts.options),
-             "policy": (old.policy, parts.policy)}
+             "policy": (old.policy, parts.policy),
+             "labels": (tuple(old.labels or ()), parts.labels)}
     return [name for name, (before, after) in pairs.items() if before != after]
 
 
