@@ -72,7 +72,7 @@ from .settings import (
     SettingError,
     ensure_conf,
 )
-from .store import Fetch, LockLost, Op, Row, unsupported_lua, with_flag_reply
+from .store import Fetch, LockLost, NotReplicated, Op, Row, unsupported_lua, with_flag_reply
 
 logger = logging.getLogger("celery.beat")
 
@@ -150,6 +150,8 @@ class RedBeatScheduler(Scheduler):
         #: Redis's refusal of this node's last writes (OOM), the evicting policy found at
         #: start, and the evicted-keys count of the last leading tick
         self._refused: str | None = None
+        #: the last tick's writes were not acknowledged by the replicas (replication.py)
+        self._unreplicated = False
         self._evicting_policy: str | None = None
         self._evicted_keys: int | None = None
         self.metrics = metrics.recorder_for(app, self.config)
@@ -321,8 +323,16 @@ class RedBeatScheduler(Scheduler):
                 interval = self._tick()
         except LockLost as exc:
             return self._lost_lock(exc.holder)
+        except NotReplicated as exc:  # a failover under way: said once, not an outage
+            if not self._unreplicated:
+                logger.warning("beat: %s", exc)
+            self._unreplicated = True
+            return self.poll_interval
         except redis.exceptions.RedisError as exc:
             return self._redis_unavailable(exc)
+        if self._unreplicated:
+            logger.info("beat: The replicas acknowledge writes again")
+            self._unreplicated = False
         if self._redis_down:  # "Redis is back after ..." is logged by the retry policy
             self._redis_down = False
             self._check_server()

@@ -290,10 +290,12 @@ class ScheduleStore:
         return reply, isinstance(acknowledged, int) and acknowledged >= replicas
 
     def _note_replicas(self, connected: Any) -> None:
+        waited = self.replicas.expected
         said = self.replicas.seen(None if connected is None else int(connected),
                                   time.monotonic())
-        if said:
-            logger.warning("beat: %s", said)
+        if said:  # waiting for fewer replicas weakens the guarantee: a warning
+            logger.log(logging.INFO if self.replicas.expected > waited else logging.WARNING,
+                       "beat: %s", said)
 
     def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Reply:
         """One script call, one attempt."""
