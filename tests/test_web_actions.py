@@ -35,3 +35,25 @@ def test_what_is_asked_first(action, static, asked):
 ])
 def test_statics_are_left_alone_unless_forced(action, forced, left):
     assert refused_statics(action, {"b", "a"}, forced) == left
+
+
+def test_history_rows_say_what_the_worker_reported() -> None:
+    """A dispatch's row shows the worker's report when there is one (success, failure
+    with its error line, runtime, worker), the broker's refusal, or "sent"."""
+    from redbeat.manage import EntryInfo
+    from redbeat.web.views import _history
+
+    info = EntryInfo("job", "redbeat:job", 1.0, {})
+    info.history = [{"task_id": f"job:{due}", "due": "2030-01-01T00:00:00+00:00",
+                     "claimed_at": "2030-01-01T00:00:01+00:00", "node": "h:1"}
+                    for due in (3, 2, 1)]
+    outcomes = [{"task_id": "job:3", "outcome": "failure", "runtime": 0.25,
+                 "worker": "celery@w1", "error": "ValueError: boom"},
+                {"task_id": "job:2", "outcome": "success", "runtime": 2.5,
+                 "worker": "celery@w1", "error": None}]
+    rows = _history(info, None, outcomes)
+    assert [row["outcome"] for row in rows] == [
+        "failure in 0.25 s on celery@w1: ValueError: boom",
+        "success in 2.50 s on celery@w1", "sent"]
+    assert [row["kind"] for row in rows] == ["failing", "sent", "sent"]
+    assert rows[0]["slot"].year == 2030 and rows[0]["sent"].second == 1

@@ -236,20 +236,41 @@ def _moment(value: Any) -> datetime | None:
         return None
 
 
-def _history(info: manage.EntryInfo, failures: Failures | None) -> list[dict[str, Any]]:
+def _outcome_words(record: dict[str, Any]) -> str:
+    """A worker's report on one run, in words: "success in 0.42 s on w1@host"."""
+    words = str(record.get("outcome") or "?")
+    if record.get("runtime") is not None:
+        words += f" in {float(record['runtime']):.2f} s"
+    if record.get("worker"):
+        words += f" on {record['worker']}"
+    if record.get("error"):
+        words += f": {record['error']}"
+    return words
+
+
+def _history(info: manage.EntryInfo, failures: Failures | None,
+             outcomes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each dispatch: when it was sent (claimed), the slot it was for, the node, and
-    what came of it (sent, or the reason Celery or the broker refused it)."""
+    what came of it: what the worker reported (with redbeat_worker_outcomes), else
+    sent, or the reason Celery or the broker refused it."""
     failed = failures.task_ids() if failures else {}
+    reported = {str(record.get("task_id")): record for record in outcomes}
     rows = []
     for record in info.history:
-        failure = failed.get(str(record.get("task_id")))
-        rows.append({"task_id": str(record.get("task_id")),
-                     "sent": _moment(record.get("claimed_at")),
-                     "slot": _moment(record.get("due")),
-                     "slot_text": str(record.get("due")),
-                     "node": str(record.get("node")),
-                     "outcome": f"refused: {failure.reason}" if failure else "sent",
-                     "failed": failure is not None})
+        task_id = str(record.get("task_id"))
+        failure, report = failed.get(task_id), reported.get(task_id)
+        if failure:
+            outcome, kind = f"refused: {failure.reason}", "failing"
+        elif report:
+            outcome = _outcome_words(report)
+            kind = "sent" if report.get("outcome") == "success" else (
+                "failing" if report.get("outcome") in ("failure", "lost") else "unscheduled")
+        else:
+            outcome, kind = "sent", "sent"
+        rows.append({"task_id": task_id, "sent": _moment(record.get("claimed_at")),
+                     "slot": _moment(record.get("due")), "slot_text": str(record.get("due")),
+                     "node": str(record.get("node")), "outcome": outcome, "kind": kind,
+                     "failed": kind == "failing"})
     return rows
 
 
@@ -332,7 +353,7 @@ def entry_page() -> str:
     failures = read_failures(info.fields)
     return render_template(
         "entry.html", info=info, state=info.shown_state, definition=_definition(info),
-        history=_history(info, failures),
+        history=_history(info, failures, info.outcomes),
         runs=_runs(info, ensure_conf(_context().celery_app).lost_after),
         failures=[{"task_id": failure.task_id, "at": failure.at, "reason": failure.reason}
                   for failure in failures.recent] if failures else [],
