@@ -10,9 +10,9 @@ import time
 import pytest
 
 from redbeat import RedBeatSchedulerEntry
-from redbeat.runtime import store_for
 from redbeat.keys import RUN
 from redbeat.runs import RunRecord
+from redbeat.runtime import store_for
 
 pytestmark = pytest.mark.redis_server
 

@@ -78,8 +78,8 @@ class Outcomes:
         """The app's schedule without the retry policy: a report to a Redis that is away
         is dropped at once rather than holding the task for the retry period. Built in
         the process that first reports (each pool child has its own connections)."""
-        from .runtime import store_for
         from .retry import RetryPolicy
+        from .runtime import store_for
         from .store import ScheduleStore
 
         shared = store_for(self.app)
