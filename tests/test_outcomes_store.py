@@ -24,8 +24,8 @@ def entry(app):
 
 
 def report(store, kind, due_ms, state, lost_after=3600.0, **details):
-    return store.report_run("redbeat:job", kind, {"task_id": f"job:{due_ms}", "due_ms": due_ms,
-                                                  "state": state, **details}, 100, lost_after)
+    task = {"task_id": f"job:{due_ms}", "due_ms": due_ms, "state": state, **details}
+    return store.report_run("redbeat:job", kind, task, 100, lost_after).written
 
 
 def run(client) -> RunRecord:
@@ -136,11 +136,27 @@ def test_on_redis_cluster_every_outcome_key_shares_the_schedules_slot():
         due_ms = int(task_id.rsplit(":", 1)[1])
         assert RunRecord.parse(store.client.hget(key, RUN)).state == "queued"
         base = {"task_id": task_id, "due_ms": due_ms, "worker": "w"}
-        assert store.report_run(key, "start", {**base, "state": "running"}, 100, 60) == "run"
-        assert store.report_run(key, "finish", {**base, "state": "success"}, 100, 60) == "run"
+        assert store.report_run(key, "start", {**base, "state": "running"}, 100, 60) == ("run",
+                                                                                         60)
+        assert store.report_run(key, "finish", {**base, "state": "success"}, 100,
+                                 60).written == "run"
         store.append_outcomes([(key, {**base, "state": "lost"})], 100)
         assert [f["outcome"] for _, f in store.client.xrange("{redbeat}::outcomes")] == [
             "success", "lost"]
         scheduler.close()
     finally:
         deployment.stop()
+
+
+def test_a_running_run_is_kept_alive_and_its_bound_returned(app, entry):
+    store, client = store_for(app), store_for(app).client
+    client.hset(entry, "policy", json.dumps({"lost_after": 30}))
+    started = store.report_run(entry, "start", {"task_id": "job:1", "due_ms": 1,
+                                                "state": "running"}, 100, 3600)
+    assert started == ("run", 30.0)  # the entry's own bound wins
+    before = run(client).at
+    time.sleep(0.01)
+    assert report(store, "alive", 1, "running") == "run" and run(client).at > before
+    report(store, "finish", 1, "success")
+    assert report(store, "alive", 1, "running") == "stale"  # it ended: nothing to keep
+    assert run(client).state == "success"

@@ -94,7 +94,10 @@ def test_add_and_edit_set_the_policies_show_prints_them(run, redis_server):
     policy = RedBeatSchedulerEntry.from_key("redbeat:job", app=app).policy
     assert (policy.overlap, policy.relative_to, policy.lost_after) == ("allow", "execution",
                                                                        None)
-    assert "relative to execution" in run("show", "job").output
+    shown = run("show", "job").output
+    assert "relative to execution" in shown
+    assert "(then each the schedule's next time after the run before it ends)" \
+        in shown.split("next runs:")[1]
     refused = run("add", "bad", "tasks.job", "--every", "1m", "--overlap", "never")
     assert refused.exit_code == 2
 

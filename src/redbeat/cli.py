@@ -452,7 +452,8 @@ def show(ctx: click.Context, name: str, runs: int, raw: bool) -> None:
     _show_dispatches(info, zone)
     _show_outcomes(info, zone)
     if info.entry is not None and info.entry.enabled:
-        _show_next_runs(info.entry, zone, runs, info.score)
+        _show_next_runs(info.entry, zone, runs, info.score,
+                        waiting=info.run is not None and info.run.active)
 
 
 def _show_entry(info: manage.EntryInfo, default_grace: float | None, zone: tzinfo,
@@ -592,11 +593,21 @@ def _show_dispatches(info: manage.EntryInfo, zone: tzinfo) -> None:
 
 
 def _show_next_runs(entry: RedBeatSchedulerEntry, zone: tzinfo, runs: int,
-                    score: float | None) -> None:
+                    score: float | None, waiting: bool = False) -> None:
+    """``waiting``: the entry's latest run has not ended (a relative_to entry then runs
+    after it ends, at the latest at its score, the run's bound)."""
     click.echo("next runs:")
     if runtime_for(entry.app).zone_unknown and follows_app_zone(entry.schedule):
         click.echo("  (in the app's time zone, which this command does not know: "
                    "celery -A proj redbeat show lists them)")
+        return
+    if entry.policy.relative_to == "execution" and runs:
+        # the runs after the next one follow the ends of the runs before them
+        moment = score_time(score)
+        when = _when(moment, zone) if moment else "due now"
+        click.echo(f"  after the run in progress ends, {when} at the latest" if waiting
+                   else f"  {when}")
+        click.echo("  (then each the schedule's next time after the run before it ends)")
         return
     try:
         upcoming = entry.upcoming(runs, score)

@@ -193,6 +193,14 @@ class HistoryUnreadable(Exception):
     or the ACL user lacks XREVRANGE)."""
 
 
+class RunReport(NamedTuple):
+    """What lua/outcome.lua did with a worker's report."""
+
+    written: str
+    #: seconds the run may stay silent before it counts as lost (when recorded)
+    lost_after: float | None = None
+
+
 class LockLost(Exception):
     """The lock is held by another node (or expired) when this node tried to write."""
 
@@ -778,15 +786,18 @@ class ScheduleStore:
     # -- run outcomes: what the workers report (redbeat.worker) ---------------------------
 
     def report_run(self, key: str, kind: str, report: dict[str, Any], keep: int,
-                   lost_after: float) -> str:
+                   lost_after: float) -> RunReport:
         """One report of a worker about a run beat dispatched (lua/outcome.lua): ``kind``
-        'start' or 'finish'; ``report`` task_id, due_ms, state, and worker, runtime, error
-        when known. Returns what was written ('run', 'stale', 'gone'). One round trip."""
+        'start', 'alive' or 'finish'; ``report`` task_id, due_ms, state, and worker,
+        runtime, error when known. Returns what was written ('run', 'stale', 'gone')
+        and, when recorded, the run's bound (the entry's, else ``lost_after``). One
+        round trip."""
         reply = self._run("outcome", [key, self.keys.outcomes, self.keys.failing_runs,
                                       self.keys.schedule],
                           [kind, json.dumps(report, ensure_ascii=False), keep,
                            repr(float(lost_after))])
-        return str(reply.payload[0])
+        bound = reply.payload[1] if len(reply.payload) > 1 else None
+        return RunReport(str(reply.payload[0]), None if bound is None else float(bound))
 
     def append_outcomes(self, reports: Sequence[tuple[str, dict[str, Any]]], keep: int,
                         left_alone: Iterable[str] = ()) -> None:

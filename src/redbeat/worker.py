@@ -18,12 +18,17 @@ setting, the task signals are connected: ``task_prerun`` (started), ``task_postr
 (ended, with Celery's state), ``task_failure`` and ``task_retry`` (the error line;
 in a prefork pool's main process, ``task_failure`` is the only word about a child that
 died: lost), ``task_revoked``. A report that cannot reach Redis is logged once and
-dropped: the task itself never waits on a retry or fails for it.
+dropped: the task itself never waits on a retry or fails for it. While a process runs
+beat's tasks, a thread of its own says every third of ``redbeat_lost_after`` that they
+still run (one round trip per running task), so only a run whose worker is gone falls
+silent long enough to count as lost.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -36,7 +41,7 @@ from .settings import SettingError, ensure_conf
 if TYPE_CHECKING:
     from celery import Celery
 
-    from .store import ScheduleStore
+    from .store import RunReport, ScheduleStore
 
 logger = logging.getLogger("redbeat.worker")
 
@@ -45,6 +50,8 @@ END_STATES = {"SUCCESS": "success", "FAILURE": "failure", "RETRY": "retry",
               "REVOKED": "revoked", "IGNORED": "success"}
 #: The longest error line kept (a traceback is the worker log's business).
 ERROR_LINE = 200
+#: Seconds between the keep-alive thread's looks at the running tasks.
+ALIVE_CHECK = 0.5
 
 
 def error_line(error: Any) -> str:
@@ -72,6 +79,10 @@ class Outcomes:
         #: task id -> the error line task_failure or task_retry gave before task_postrun
         self._errors: dict[str, str] = {}
         self._problem: str | None = None
+        #: the process whose keep-alive thread runs (a pool child starts its own), and
+        #: for each running task when it last said so and how often it must
+        self._alive_pid: int | None = None
+        self._alive: dict[str, tuple[float, float]] = {}
 
     @cached_property
     def store(self) -> ScheduleStore:
@@ -86,26 +97,27 @@ class Outcomes:
         return ScheduleStore(shared.client, shared.keys, RetryPolicy(retry_period=0))
 
     def _report(self, kind: str, task_id: str | None, state: str,
-                **details: Any) -> None:
+                **details: Any) -> RunReport | None:
         slot = slot_of_task(task_id) if isinstance(task_id, str) else None
         if slot is None:
-            return
+            return None
         name, due_ms = slot
         report = {"task_id": task_id, "due_ms": due_ms, "state": state, "worker": self.worker,
                   **{field: value for field, value in details.items() if value is not None}}
         try:
-            self.store.report_run(self.keys.entry(name), kind, report, self.keep,
-                                  self.lost_after)
+            written = self.store.report_run(self.keys.entry(name), kind, report, self.keep,
+                                            self.lost_after)
         except Exception as exc:  # a report must never fail the task
             problem = f"{type(exc).__name__}: {exc}"
             if problem != self._problem:
                 logger.warning("redbeat: cannot record the outcome of %s: %s (runs go on; "
                                "their outcomes are not recorded meanwhile)", task_id, problem)
                 self._problem = problem
-            return
+            return None
         if self._problem is not None:
             logger.info("redbeat: recording run outcomes again")
             self._problem = None
+        return written
 
     # -- receivers ------------------------------------------------------------------------
 
@@ -113,11 +125,30 @@ class Outcomes:
         if task_id is None or slot_of_task(task_id) is None:
             return
         self._started[task_id] = time.monotonic()
-        self._report("start", task_id, "running")
+        written = self._report("start", task_id, "running")
+        if written is not None and written.lost_after is not None:
+            self._alive[task_id] = (time.monotonic(), written.lost_after / 3)
+        if self._alive_pid != os.getpid():
+            self._alive_pid = os.getpid()
+            threading.Thread(target=self._keep_alive, name="redbeat-outcomes-alive",
+                             daemon=True).start()
+
+    def _keep_alive(self) -> None:
+        """While this process runs beat's tasks, tell Redis every third of each run's
+        bound that it still runs: a run counts as lost after its bound of silence, so
+        a long run on a live worker never does, and one whose worker died does."""
+        while True:
+            time.sleep(ALIVE_CHECK)
+            now = time.monotonic()
+            for task_id, (said, every) in list(self._alive.items()):
+                if now - said >= every and task_id in self._started:
+                    self._alive[task_id] = (now, every)
+                    self._report("alive", task_id, "running")
 
     def postrun(self, task_id: str | None = None, state: str | None = None,
                 retval: Any = None, **_: Any) -> None:
         started = self._started.pop(task_id, None) if task_id else None
+        self._alive.pop(task_id or "", None)
         error = self._errors.pop(task_id, None) if task_id else None
         outcome = END_STATES.get(state or "")
         if started is None or outcome is None:

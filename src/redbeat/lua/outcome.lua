@@ -8,7 +8,8 @@
 --           worker, error), trimmed to about ARGV[3] records
 -- KEYS[3] - failing-runs sorted set (entry key -> failed runs in a row)
 -- KEYS[4] - schedule sorted set (the entry's score, lowered when beat waits for the run)
--- ARGV[1] - 'start' (a worker began the run), 'finish' (it ended: success, failure,
+-- ARGV[1] - 'start' (a worker began the run), 'alive' (it still runs it: the record's
+--           'at' moves on), 'finish' (it ended: success, failure,
 --           retry, revoked, lost) or 'append' (beat gave up on runs and wrote their run
 --           fields itself: only the stream and the counts; KEYS[1] unused)
 -- ARGV[2] - the report, one JSON object: task_id, due_ms, state, and when known worker,
@@ -27,8 +28,9 @@
 -- tick reads it. Nothing is written for an entry that is gone (its hash would be
 -- recreated). Only the commands the worker user of docs/outcomes.md has.
 --
--- returns {'ok', what}: 'run' (recorded), 'stale' (a newer run is recorded), 'gone'
--- (no entry hash), 'appended'
+-- returns {'ok', what}: 'run' (recorded: then the run's bound in seconds follows, so
+-- the worker knows how often to say it is alive), 'stale' (a newer run is recorded),
+-- 'gone' (no entry hash), 'appended'
 local kind = ARGV[1]
 local report = cjson.decode(ARGV[2])
 local keep = tonumber(ARGV[3])
@@ -79,6 +81,15 @@ if text then
   end
 end
 local due = tonumber(report.due_ms)
+if kind == 'alive' then
+  -- the worker still runs it: its silence starts again from now
+  if current and current.task_id == report.task_id and current.state == 'running' then
+    current.at = now
+    redis.call('HSET', KEYS[1], 'run', cjson.encode(current))
+    return {'ok', 'run'}
+  end
+  return {'ok', 'stale'}
+end
 if current and tonumber(current.due_ms) > due then
   if kind == 'finish' then
     report.finished = now
@@ -141,4 +152,4 @@ else
 end
 record.at = now
 redis.call('HSET', KEYS[1], 'run', cjson.encode(record))
-return {'ok', 'run'}
+return {'ok', 'run', tostring(lost_after)}
