@@ -335,7 +335,10 @@ class ScheduleStore:
                 script.sha = sha
         replication, config = reply[-2:]
         if isinstance(replication, dict) and replication.get("role") == "master":
-            self._note_replicas(replication.get("connected_slaves"))
+            self._note_replicas(sum(  # online replicas, as tick.lua counts them
+                1 for name, value in replication.items()
+                if name.startswith("slave") and isinstance(value, dict)
+                and value.get("state") == "online"))
         return config if isinstance(config, dict) else {}
 
     def forget_nodes_older_than(self, cutoff: float) -> None:

@@ -30,7 +30,7 @@
 --           measures its own clock's skew from it, in the round trip it makes anyway;
 --           refused: false, or the error Redis answered the heartbeat's write with (OOM);
 --           evicted: INFO's evicted_keys (a decimal string; false without INFO),
---           replicas: INFO's connected_slaves (likewise), where
+--           replicas: how many replicas INFO lists online (likewise), where
 --           pending = {task_id, message, ...} (at most about batch size of them, in
 --           hash order: the client orders them by due time),
 --           held = {sha1, definition, ...}, each definition those records name, once,
@@ -98,9 +98,15 @@ local stats = redis.pcall('INFO', 'stats')
 local evicted = type(stats) == 'string' and string.match(stats, 'evicted_keys:(%d+)') or false
 -- this master's replicas: while it has some, the client waits for them to acknowledge
 -- the tick and the commit before it sends anything (replication.py)
+-- (online ones: a replica still syncing acknowledges nothing until it is done)
 local replication = redis.pcall('INFO', 'replication')
-local replicas = type(replication) == 'string'
-  and string.match(replication, 'connected_slaves:(%d+)') or false
+local replicas = false
+if type(replication) == 'string' then
+  replicas = 0
+  for _ in string.gmatch(replication, 'state=online') do
+    replicas = replicas + 1
+  end
+end
 if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
   return {'leader', now, oom, evicted, replicas, false, {}, '[]', {}, {}}
 end
