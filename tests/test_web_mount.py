@@ -1,9 +1,10 @@
 """``redbeat.web`` mounted under a prefix of an existing Flask app and of a Django project,
 behind each one's own login: the two examples of docs/web.md, taken from the page as
 written and run in a fresh process each (a real redis-server; Django with its real
-sessions and users in SQLite). Without a login the view answers 403; after the host
-app's login every page is served under the prefix, its links carry the prefix, and a
-confirmed disable goes through its CSRF-protected forms."""
+sessions and users in SQLite; the Flask one also served by waitress to headless
+Chromium). Without a login the view answers 403; after the host app's login every page
+is served under the prefix, its links carry the prefix, and a confirmed disable goes
+through its CSRF-protected forms."""
 
 from __future__ import annotations
 
@@ -183,3 +184,67 @@ def test_mounted_in_a_django_project_behind_its_staff_login(redis_server: Any,
     out = run(tmp_path, DJANGO_DRIVER, redis_server.url)
     assert out["anonymous"] == 403 and out["not staff"] == 403, out
     expected_once_logged_in(out)
+
+
+SERVE = """
+import sys
+
+from waitress import serve
+
+from redbeat import RedBeatSchedulerEntry
+from proj.celery import app as celery_app
+from redbeat_flask_example import flask_app
+
+RedBeatSchedulerEntry("job", "tasks.job", 60.0, app=celery_app).save()
+serve(flask_app, host="127.0.0.1", port=int(sys.argv[1]), threads=2)
+"""
+
+
+def test_a_browser_uses_the_view_mounted_in_a_flask_app(redis_server: Any,
+                                                       tmp_path: Path) -> None:
+    """The same Flask example served by waitress, used in headless Chromium: refused
+    before the host app's login, then paged, confirmed and changed under the prefix."""
+    from support.redis_server import free_port, stop_process
+    from support.waiting import wait_until
+    from support.web import browser_available, chromium, fetch
+
+    browser_available()
+    project(tmp_path)
+    (tmp_path / "redbeat_flask_example.py").write_text(
+        example("# redbeat_flask_example.py"))
+    (tmp_path / "serve.py").write_text(SERVE)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with open(tmp_path / "serve.log", "w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "serve.py", str(port)], cwd=tmp_path, stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "REDIS_URL": redis_server.url,
+                 "PYTHONPATH": os.pathsep.join([str(tmp_path), str(SRC)])})
+    try:
+        wait_until(lambda: _answers(url + "/ops/redbeat/entries", fetch), 20,
+                   "the Flask app under waitress")
+        with chromium() as browser:
+            page = browser.new_page()
+            response = page.goto(url + "/ops/redbeat/entries")
+            assert response.status == 403
+            assert "log in to the application" in page.inner_text("main")
+            page.request.post(url + "/login", form={"user": "ann"})  # the host's login
+            page.goto(url + "/ops/redbeat/entries")
+            page.click("text=job")
+            assert page.url == url + "/ops/redbeat/entry?name=job"
+            page.click("#action-disable")
+            page.click("#confirm")
+            assert page.url == url + "/ops/redbeat/entry?name=job"
+            assert page.inner_text("#state .badge") == "disabled"
+            page.click("header >> text=Timeline")
+            assert page.url == url + "/ops/redbeat/timeline"
+    finally:
+        stop_process(server)
+
+
+def _answers(url: str, fetch: Any) -> bool:
+    try:
+        return fetch(url)[0] in (200, 403)
+    except OSError:
+        return False
