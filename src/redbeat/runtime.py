@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import weakref
 from functools import lru_cache
 from typing import Any
 
@@ -39,6 +38,9 @@ logger = logging.getLogger("celery.beat")
 
 #: The app's attribute holding its client: 2.4.2's name, assigned by applications.
 CLIENT_ATTRIBUTE = "redbeat_redis"
+#: The app's attribute holding its runtime (the one this package adds to the app, so
+#: the runtime, its store and caches live and die with it).
+RUNTIME_ATTRIBUTE = "redbeat_runtime"
 
 
 class DefinitionCache:
@@ -67,19 +69,12 @@ class Runtime:
     """What redbeat keeps for one app. Built by :func:`runtime_for`, never by hand."""
 
     def __init__(self, app: Celery) -> None:
-        self._app = weakref.ref(app)
+        self.app = app
         #: The app's zone is not the one beat evaluates entries in (an app built by the
         #: standalone CLI, which has no access to the real one).
         self.zone_unknown = False
         self._store: tuple[Any, RedBeatConfig, ScheduleStore] | None = None
         self._definitions: DefinitionCache | None = None
-
-    @property
-    def app(self) -> Celery:
-        app = self._app()
-        if app is None:  # pragma: no cover - a runtime outliving its app is a bug
-            raise RuntimeError("the Celery app of this redbeat runtime is gone")
-        return app
 
     @property
     def settings(self) -> RedBeatConfig:
@@ -141,22 +136,23 @@ class Runtime:
     @property
     def definitions(self) -> DefinitionCache:
         """The app's parsed definitions, for the prefix in force."""
-        prefix = self.settings.key_prefix
         cache = self._definitions
+        prefix = self.app.redbeat_conf.key_prefix if cache is not None else \
+            self.settings.key_prefix  # asked once per due row: the settings exist by then
         if cache is None or cache.prefix != prefix:
             cache = self._definitions = DefinitionCache(self.app, prefix)
         return cache
 
 
-_RUNTIMES: weakref.WeakKeyDictionary[Celery, Runtime] = weakref.WeakKeyDictionary()
-
-
 def runtime_for(app: Celery | None = None) -> Runtime:
     """The app's runtime (the current app's when None), built on first use."""
-    owner = ensure_conf(app).app
-    runtime = _RUNTIMES.get(owner)
+    runtime = getattr(app, RUNTIME_ATTRIBUTE, None)
     if runtime is None:
-        runtime = _RUNTIMES[owner] = Runtime(owner)
+        owner = ensure_conf(app).app
+        runtime = getattr(owner, RUNTIME_ATTRIBUTE, None)
+        if runtime is None:
+            runtime = Runtime(owner)
+            setattr(owner, RUNTIME_ATTRIBUTE, runtime)
     return runtime
 
 
@@ -195,5 +191,5 @@ def text_client(client: Any) -> Any:
     return type(client)(connection_pool=twin_pool)
 
 
-__all__ = ["CLIENT_ATTRIBUTE", "DefinitionCache", "Runtime", "get_redis", "runtime_for",
+__all__ = ["CLIENT_ATTRIBUTE", "RUNTIME_ATTRIBUTE", "DefinitionCache", "Runtime", "get_redis", "runtime_for",
            "store_for", "text_client"]
