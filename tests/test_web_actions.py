@@ -20,13 +20,14 @@ def test_only_the_actions_that_apply(state, readable, offered):
     assert applicable(state, readable) == offered
 
 
-@pytest.mark.parametrize(("action", "static", "asked"), [
-    ("delete", False, True), ("disable", False, True), ("enable", False, False),
-    ("run", False, False), ("release", False, False),
-    ("enable", True, True), ("run", True, False),
+@pytest.mark.parametrize(("action", "static", "every_match", "asked"), [
+    ("delete", False, False, True), ("disable", False, False, True),
+    ("enable", False, False, False), ("run", False, False, False),
+    ("release", False, False, False), ("enable", True, False, True),
+    ("run", True, False, False), ("run", False, True, True), ("enable", False, True, True),
 ])
-def test_what_is_asked_first(action, static, asked):
-    assert needs_confirmation(action, static) is asked
+def test_what_is_asked_first(action, static, every_match, asked):
+    assert needs_confirmation(action, static, every_match) is asked
 
 
 @pytest.mark.parametrize(("action", "forced", "left"), [

@@ -261,6 +261,12 @@ def test_bulk_actions_on_a_selection_and_on_every_match_of_a_filter(
         "enabled", "enabled", "disabled"]
     page.click("#bulk-delete")  # nothing ticked
     assert "nothing selected" in page.inner_text(".flash-error")
+    # every match of a filter is counted and asked about, whatever the action
+    page.check("#scope-filter")
+    page.click("#bulk-run")
+    assert page.inner_text("#confirm-title") == "Run now 60 entries?"
+    page.click("#cancel")
+    assert page.input_value("input[name=task]") == "tasks.bulk"
 
 
 def test_the_page_stays_current_by_itself(web: WebServer, page: Any, app: Any) -> None:

@@ -31,10 +31,11 @@ def applicable(state: str, readable: bool) -> list[str]:
     return [*offered, "delete"]
 
 
-def needs_confirmation(action: str, static: bool) -> bool:
+def needs_confirmation(action: str, static: bool, every_match: bool = False) -> bool:
     """Asked first: a disable or delete always; any guarded change of a static entry
-    (the page says the leader will undo it, and offers to force it)."""
-    return action in CONFIRMED or static and action in GUARDED
+    (the page says the leader will undo it, and offers to force it); and any action
+    on every entry matching a filter, whose count only that page shows."""
+    return action in CONFIRMED or static and action in GUARDED or every_match
 
 
 def refused_statics(action: str, statics: Collection[str], forced: bool) -> list[str]:

@@ -442,7 +442,8 @@ def act() -> Response | str:
     statics = guards.statics_among(names, manage.store_for(app).static_names(),
                                    _configured_statics())
     forced = form.get("force") == "1"
-    if form.get("confirm") != "1" and any(needs_confirmation(action, name in statics)
+    if form.get("confirm") != "1" and any(needs_confirmation(action, name in statics,
+                                                             everything)
                                           for name in names):
         return render_template(
             "confirm.html", action=action, words=ACTIONS[action], count=len(names),
