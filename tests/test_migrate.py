@@ -133,6 +133,23 @@ def test_cli_dry_run_then_import(app: Celery, redis_server, tmp_path: Path) -> N
     assert again.output.startswith("create 0, update 0, unchanged 10"), again.output
 
 
+def test_cli_reports_a_row_it_cannot_carry_and_imports_the_rest(app: Celery, redis_server,
+                                                                tmp_path: Path) -> None:
+    import sqlite3
+    path = tmp_path / "db.sqlite3"
+    make_dcb_database(f"sqlite:///{path}")
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE django_celery_beat_periodictask SET args = '[1,' "
+                   "WHERE name = 'poll'")
+    result = CliRunner().invoke(main, ["--url", redis_server.url, "import", "--from",
+                                       "django-celery-beat", "--database", f"sqlite:///{path}"])
+    assert result.exit_code == 5
+    assert "create 9, update 0, unchanged 0, kept 0" in result.output
+    assert "not carried 1" in result.output
+    assert "  ! poll: not carried: args is not JSON" in result.output
+    assert redis_server.client().zcard("redbeat::schedule") == 9
+
+
 def test_cli_unreadable_database_is_one_line(app: Celery, redis_server, tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["--url", redis_server.url, "import", "--from",
                                        "django-celery-beat", "--database",

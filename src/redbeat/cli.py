@@ -1040,12 +1040,14 @@ def _import_foreign(ctx: click.Context, kind: str, source: str | None, database:
     statics as every change does, write, report."""
     app = _app(ctx)
     read, statics = _foreign_source(ctx, kind, source, database)
-    plan = migrate.import_foreign(app, read(migrate.ForeignPlan()), dry_run=True,
-                                  overwrite=overwrite, statics=statics)
+    plan = migrate.ForeignPlan()  # what reading refuses is reported with the rest
+    plan = migrate.import_foreign(app, read(plan), plan, dry_run=True, overwrite=overwrite,
+                                  statics=statics)
     _guard_statics(ctx, [name for name in plan.written if name not in statics], force,
                    dry_run)
     if not dry_run:
-        plan = migrate.import_foreign(app, read(migrate.ForeignPlan()), overwrite=overwrite,
+        plan = migrate.ForeignPlan()
+        plan = migrate.import_foreign(app, read(plan), plan, overwrite=overwrite,
                                       statics=statics)
     _report_foreign(plan, dry_run, quiet)
     if plan.refused:
