@@ -8,7 +8,7 @@ the file, keeps all of them).
 from __future__ import annotations
 
 #: In the order they appear, after the title and its list of the machine and versions.
-NAMES = ("e2e", "minute", "saves")
+NAMES = ("e2e", "minute", "saves", "labels")
 
 
 def markers(name: str) -> tuple[str, str]:
