@@ -30,8 +30,8 @@ sys.path.insert(0, str(HERE.parent / "src"))
 sys.path.insert(0, str(HERE))
 
 import redis  # noqa: E402
-from celery import Celery  # noqa: E402
 import sections  # noqa: E402
+from celery import Celery  # noqa: E402
 from dataset import write_entries  # noqa: E402
 
 from redbeat import groups  # noqa: E402
