@@ -22,6 +22,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 
 import pytest
 import redis
@@ -88,6 +89,18 @@ def schedule() -> Iterator[RedisServer]:
         yield server
 
 
+@contextmanager
+def stopped_at_the_end(cluster: Cluster) -> Iterator[Cluster]:
+    """``cluster``, whose processes still running when the test ends (it failed half
+    way) are killed by their pid."""
+    try:
+        yield cluster
+    finally:
+        for process in cluster.processes:
+            if process.process.poll() is None:
+                process.kill()
+
+
 def run_through_fault(cluster: Cluster, schedule: RedisServer, refuse: Callable[[], None],
                       accept: Callable[[], None],
                       received: Callable[[], list[str]]) -> tuple[float, float]:
@@ -122,10 +135,12 @@ def consumed_by_a_worker(cluster: Cluster, queued: int) -> list[str]:
 
 def test_a_redis_broker_out_of_memory_holds_the_slots_and_sends_each_once(tmp_path,
                                                                            schedule):
-    with RedisServer() as broker:
+    with ExitStack() as stack:
+        broker = stack.enter_context(RedisServer())
         client = broker.client()
         client.config_set("maxmemory-policy", "noeviction")
-        cluster = Cluster(tmp_path, schedule.url, broker.url)
+        cluster = stack.enter_context(
+            stopped_at_the_end(Cluster(tmp_path, schedule.url, broker.url)))
 
         def fill() -> None:
             writer = broker.client()  # closed at once: its 1 MB query buffer goes with it
@@ -149,9 +164,11 @@ def test_a_redis_broker_out_of_memory_holds_the_slots_and_sends_each_once(tmp_pa
 
 
 def test_a_demoted_redis_broker_holds_the_slots_and_sends_each_once(tmp_path, schedule):
-    with RedisServer() as broker:
+    with ExitStack() as stack:
+        broker = stack.enter_context(RedisServer())
         client = broker.client()
-        cluster = Cluster(tmp_path, schedule.url, broker.url)
+        cluster = stack.enter_context(
+            stopped_at_the_end(Cluster(tmp_path, schedule.url, broker.url)))
         nowhere = free_port()  # a master that is not there: the data stays, writes refused
 
         def demote() -> None:
@@ -182,7 +199,7 @@ def test_a_full_rabbitmq_queue_that_nacks_holds_the_slots_and_sends_each_once(tm
                                           "queue_arguments": arguments}})
     received: list[str] = []
     draining = [False]
-    with Connection(RABBITMQ) as connection:
+    with Connection(RABBITMQ) as connection, stopped_at_the_end(cluster):
         channel = connection.channel()
         Queue(name, Exchange(name), name, queue_arguments=arguments,
               channel=channel).declare()
