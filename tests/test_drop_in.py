@@ -178,3 +178,22 @@ def test_item5_a_listing_of_the_prefix_meets_only_entries(app, redis_server):
     assert client.type("redbeat::nodes") == "zset"
     assert set(runtime_for(app).store.nodes()) == {scheduler.node_id}
     scheduler.close()
+
+
+def test_item3_an_app_cluster_client_answering_bytes():
+    """A RedisCluster the application set without decode_responses: redbeat's round
+    trips go through a twin on the same nodes that answers text."""
+    from redis.cluster import ClusterNode, RedisCluster
+
+    from support.deployments import ClusterDeployment
+
+    deployment = ClusterDeployment(replicas=0).start()
+    try:
+        app = make_app(deployment.url, redbeat_key_prefix="{redbeat}:")
+        host, port = deployment.addresses[0]
+        app.redbeat_redis = RedisCluster(startup_nodes=[ClusterNode(host, port)])
+        RedBeatSchedulerEntry("c", "tasks.c", 5.0, app=app).save()
+        assert RedBeatSchedulerEntry.from_key("{redbeat}:c", app=app).task == "tasks.c"
+        assert app.redbeat_redis.hget("{redbeat}:c", "definition").startswith(b"{")
+    finally:
+        deployment.stop()

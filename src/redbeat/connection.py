@@ -1,4 +1,5 @@
-"""Builds the Redis client from the settings (redbeat.runtime keeps one per app).
+"""Builds the Redis client from the settings (redbeat.runtime keeps one per app), and
+the text-answering twin of a client the application set that answers bytes.
 
 One client (and so one pool) lives for the life of the scheduler; for Sentinel it is
 the ``master_for`` client, whose pool asks the sentinels for the master on every new
@@ -14,8 +15,8 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlparse
 
 import redis
-from redis.cluster import ClusterNode
-from redis.sentinel import Sentinel
+from redis.cluster import ClusterNode, RedisCluster
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from .redaction import redact
 from .settings import RedBeatConfig
@@ -135,8 +136,6 @@ class StartupNode(ClusterNode, Mapping[str, Any]):
 
 
 def _cluster_client(config: RedBeatConfig) -> Any:
-    from redis.cluster import RedisCluster
-
     # Cluster URLs are no kombu transport, so options inherited from the broker's are
     # meant for this client too (2.4.2 forwards them here as well).
     own = {k: v for k, v in config.redis_options.items() if k not in OWN_OPTIONS}
@@ -175,6 +174,37 @@ def build_client(config: RedBeatConfig) -> Any:
         extra.update(ssl_options(config))
         extra.update(dict(parse_qsl(urlparse(url).query)))
     return redis.Redis.from_url(url, **extra)
+
+
+def text_client(client: Any) -> Any:
+    """``client``, or a twin on the same server and pool settings that answers text
+    when it answers bytes (an application's ``redis.Redis(...)`` without
+    ``decode_responses``; fakeredis too): the store reads replies as text."""
+    encoder = getattr(client, "get_encoder", None)
+    if encoder is None or encoder().decode_responses:
+        return client
+    if isinstance(client, RedisCluster):
+        kwargs = {name: value for name, value in client.get_connection_kwargs().items()
+                  if name not in ("host", "port", "connection_pool", "redis_connect_func")}
+        nodes = [ClusterNode(node.host, node.port) for node in client.get_nodes()]
+        return RedisCluster(startup_nodes=nodes, **{**kwargs, **TEXT_REPLIES})
+    if not isinstance(client, redis.Redis):
+        raise RedisConfigError(
+            f"the {type(client).__name__} set as app.redbeat_redis answers bytes; create it "
+            "with decode_responses=True")
+    pool = client.connection_pool
+    kwargs = {name: value for name, value in pool.connection_kwargs.items()
+              if name != "connection_pool"}  # a Sentinel pool's own back-reference
+    kwargs.update(TEXT_REPLIES)
+    if isinstance(pool, SentinelConnectionPool):
+        twin_pool = SentinelConnectionPool(pool.service_name, pool.sentinel_manager,
+                                           is_master=pool.is_master,
+                                           check_connection=pool.check_connection, **kwargs)
+    else:
+        twin_pool = type(pool)(connection_class=pool.connection_class,
+                               max_connections=pool.max_connections, **kwargs)
+    return type(client)(connection_pool=twin_pool)
+
 
 
 def unwrapped(client: Any) -> Any:

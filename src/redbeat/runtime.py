@@ -22,12 +22,10 @@ import sys
 from functools import lru_cache
 from typing import Any
 
-import redis
 from celery import Celery
-from redis.sentinel import SentinelConnectionPool
 
 from . import decoder
-from .connection import TEXT_REPLIES, RedisConfigError, build_client, unwrapped
+from .connection import build_client, text_client, unwrapped
 from .entry_fields import Definition, parse_definition
 from .redaction import redact
 from .retry import RetryingConnection, RetryPolicy
@@ -166,30 +164,5 @@ def get_redis(app: Celery | None = None) -> Any:
     return runtime_for(app).own_client()
 
 
-def text_client(client: Any) -> Any:
-    """``client``, or a twin on the same server and pool settings that answers text
-    when it answers bytes (an application's ``redis.Redis(...)`` without
-    ``decode_responses``; fakeredis too): the store reads replies as text."""
-    encoder = getattr(client, "get_encoder", None)
-    if encoder is None or encoder().decode_responses:
-        return client
-    if not isinstance(client, redis.Redis):
-        raise RedisConfigError(
-            f"the {type(client).__name__} set as app.redbeat_redis answers bytes; create it "
-            "with decode_responses=True")
-    pool = client.connection_pool
-    kwargs = {name: value for name, value in pool.connection_kwargs.items()
-              if name != "connection_pool"}  # a Sentinel pool's own back-reference
-    kwargs.update(TEXT_REPLIES)
-    if isinstance(pool, SentinelConnectionPool):
-        twin_pool = SentinelConnectionPool(pool.service_name, pool.sentinel_manager,
-                                           is_master=pool.is_master,
-                                           check_connection=pool.check_connection, **kwargs)
-    else:
-        twin_pool = type(pool)(connection_class=pool.connection_class,
-                               max_connections=pool.max_connections, **kwargs)
-    return type(client)(connection_pool=twin_pool)
-
-
 __all__ = ["CLIENT_ATTRIBUTE", "RUNTIME_ATTRIBUTE", "DefinitionCache", "Runtime", "get_redis", "runtime_for",
-           "store_for", "text_client"]
+           "store_for"]
