@@ -139,12 +139,21 @@ def run_worker(python: str, scenario: str, url: str, *arguments: object,
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def floor_busy(client: redis.Redis, count: int) -> float:
+def redis_cpu(client: redis.Redis) -> float:
+    """The Redis server's CPU seconds so far (user and system)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def floor_busy(client: redis.Redis, count: int, cpu: list[float] | None = None) -> float:
     """Raw redis-py doing a busy tick's Redis work for ``count`` due entries, with no
     scheduling: one range read, one pipelined read of the hashes, one pipelined
-    write-back (meta and score), each one round trip."""
+    write-back (meta and score), each one round trip. With ``cpu``, the CPU seconds it
+    took (this process's and the Redis server's) are appended to it."""
     dataset.add_due(client, count)
     now = time.time()
+    if cpu is not None:
+        cpu_began = time.process_time() + redis_cpu(client)
     began = time.perf_counter()
     keys = client.zrangebyscore(dataset.SCHEDULE_KEY, 0, now)
     with client.pipeline(transaction=False) as pipe:
@@ -157,6 +166,8 @@ def floor_busy(client: redis.Redis, count: int) -> float:
             pipe.zadd(dataset.SCHEDULE_KEY, {key: now + 3600})
         pipe.execute()
     elapsed = time.perf_counter() - began
+    if cpu is not None:
+        cpu.append(time.process_time() + redis_cpu(client) - cpu_began)
     if len(keys) != count:
         raise RuntimeError(f"floor: {len(keys)} due, expected {count}")
     return elapsed

@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import sys
 import time
 import uuid
@@ -61,16 +62,22 @@ def sample_message(broker: redis.Redis, broker_url: str) -> str:
     return text
 
 
-def floor_redis(client: redis.Redis, broker: redis.Redis, count: int, message: str) -> float:
+def floor_redis(client: redis.Redis, broker: redis.Redis, count: int, message: str,
+                cpu: list[float] | None = None) -> float:
     """The scheduling floor (bench.floor_busy) plus one pipelined LPUSH of ``count``
-    messages of the real size."""
-    scheduling = bench.floor_busy(client, count)
+    messages of the real size. With ``cpu``, the CPU seconds it took (this process's
+    and the Redis server's, which holds the broker too) are appended to it."""
+    spent: list[float] = []
+    scheduling = bench.floor_busy(client, count, spent)
+    cpu_began = time.process_time() + bench.redis_cpu(broker)
     began = time.perf_counter()
     with broker.pipeline(transaction=False) as pipe:
         for _ in range(count):
             pipe.lpush("floor", message)
         pipe.execute()
     elapsed = time.perf_counter() - began
+    if cpu is not None:
+        cpu.append(spent[0] + time.process_time() + bench.redis_cpu(broker) - cpu_began)
     broker.delete("floor")
     return scheduling + elapsed
 
@@ -147,9 +154,13 @@ class EndToEnd(bench.Bench):
                     for name, url in brokers if not flat_only else brokers[:1]:
                         key = f"e2e {name} K={k} N={size}"
 
-                        def floor(name: str = name, url: str = url, k: int = k) -> float:
+                        floor_cpu = self.results.setdefault("floor_cpu", {}).setdefault(
+                            f"e2e {name} K={k} N={size}", [])
+
+                        def floor(name: str = name, url: str = url, k: int = k,
+                                  floor_cpu: list[float] = floor_cpu) -> float:
                             if name == "redis":
-                                return floor_redis(self.client, broker, k, message)
+                                return floor_redis(self.client, broker, k, message, floor_cpu)
                             return floor_amqp(self.client, url, k, message)
 
                         queue = f"rbbench{uuid.uuid4().hex[:8]}"
@@ -179,6 +190,15 @@ def pooled(r: dict[str, Any], key: str, impl: str) -> list[float]:
     return sorted(lag for run in runs for lag in run["lags_ms"])
 
 
+def cpu_ms(r: dict[str, Any], key: str, impl: str) -> float:
+    """The median CPU (ms) a measured burst of ``impl`` cost: its process and Redis."""
+    runs = r["samples"].get(key, {}).get(impl, [])
+    spent = [own + server for run in runs
+             for own, server in zip(run.get("cpu_ms", []), run.get("redis_cpu_ms", []),
+                                    strict=True)]
+    return statistics.median(spent) if spent else float("nan")
+
+
 def percentile(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(p * len(values)))] if values else float("nan")
 
@@ -188,7 +208,8 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> str:  # noqa: C901
     compare = "celery-redbeat" in r["implementations"]
     rows = ["| broker | K due | N | celery-redbeat 2.4.2 | ours | floor | ours faster than "
             "celery-redbeat | floor faster than ours | last message lag p50 / p99, ours "
-            "(celery-redbeat) |", "|---|---|---|---|---|---|---|---|---|"]
+            "(celery-redbeat) | CPU per burst (process + Redis): celery-redbeat / ours / "
+            "floor |", "|---|---|---|---|---|---|---|---|---|---|"]
     targets: list[str] = []
     seen: dict[tuple[str, int, int], dict[str, float]] = {}
     for case in r["e2e"]:
@@ -208,9 +229,16 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> str:  # noqa: C901
         if ref_lags:
             lag_cell += (f" ({fmt(percentile(ref_lags, .5))} / "
                          f"{fmt(percentile(ref_lags, .99))} ms)")
+        floor_cpu = r.get("floor_cpu", {}).get(key) or []
+        cpus = (cpu_ms(r, key, "celery-redbeat"), cpu_ms(r, key, "ours"),
+                statistics.median(floor_cpu) * 1000 if floor_cpu else float("nan"))
+        cpu_cell = " / ".join(f"{fmt(c)} ms" if c == c else "-" for c in cpus) \
+            if case["broker"] == "redis" else "-"
         rows.append(f"| {case['broker']} | {k:,} | {case['n']:,} | {cell(ref)} | {cell(ours)} | "
-                    f"{cell(floor)} | {times(ref, ours)} | {times(ours, floor)} | {lag_cell} |")
+                    f"{cell(floor)} | {times(ref, ours)} | {times(ours, floor)} | {lag_cell} | "
+                    f"{cpu_cell} |")
         seen[(case["broker"], k, case["n"])] = {"ours": ours, "ref": ref, "floor": floor,
+                                                "cpu": cpus,
                                                 "base": cases.get(bench.BASELINE, {})
                                                 .get("seconds", float("nan"))}
 
@@ -221,8 +249,13 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> str:  # noqa: C901
     redis_case = seen.get(("redis", 1000, first))
     if redis_case:
         o, f, ref = redis_case["ours"], redis_case["floor"], redis_case["ref"]
-        target(f"Redis broker, K=1,000 of N={first:,}: within 3x of the floor",
-               f"{fmt(o * 1000)} ms vs floor {fmt(f * 1000)} ms = {times(o, f)}", o / f <= 3)
+        target(f"Redis broker, K=1,000 of N={first:,}: within 2x of the floor",
+               f"{fmt(o * 1000)} ms vs floor {fmt(f * 1000)} ms = {times(o, f)}", o / f <= 2)
+        _, ours_cpu, floor_cpu = redis_case["cpu"]
+        if ours_cpu == ours_cpu and floor_cpu == floor_cpu:
+            target("the same, in CPU per burst (process + Redis; independent of the load)",
+                   f"{fmt(ours_cpu)} ms vs floor {fmt(floor_cpu)} ms = "
+                   f"{times(ours_cpu, floor_cpu)}", ours_cpu / floor_cpu <= 2)
         if compare:
             target(f"Redis broker, K=1,000 of N={first:,}: >= 8x celery-redbeat's rate",
                    f"{fmt(1000 / o)}/s vs {fmt(1000 / ref)}/s = {times(ref, o)}", ref / o >= 8)
@@ -255,6 +288,10 @@ broker's: one pipelined `LPUSH` of K messages of the real size ({fmt(r['message_
 bytes, as Celery writes it) for Redis; for RabbitMQ the raw py-amqp publish of K such
 messages on one channel until the last is confirmed. The machine has 2 cores shared with
 other jobs: compare ratios, which are measured in the same window, not absolute figures.
+The CPU a burst cost (Redis broker) is the measuring process's (every thread) plus the
+redis-server's, which holds both the schedule and the broker: from 0.3 s before the due
+time to the end for the packages, around the same work for the floor. A loaded machine
+makes the wall times wait for a CPU, not the CPU times.
 
 | target | measured | |
 |---|---|---|
