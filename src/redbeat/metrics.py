@@ -29,7 +29,8 @@ logger = logging.getLogger("celery.beat")
 
 #: Outcomes of a dispatch: handed to the broker; left held because the broker did not
 #: answer (re-sent later with the same id); refused by Celery or the broker for what it
-#: is (recorded on the entry); not sent because it was later than its misfire grace.
+#: is (recorded on the entry); not sent because it was later than its misfire grace, or
+#: due while the entry's previous run was still going (``overlap``: docs/outcomes.md).
 OUTCOMES = ("sent", "held", "failed", "skipped")
 #: Dispatch lag buckets (seconds from a slot's due time to its handing to the broker).
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -65,7 +66,8 @@ class Recorder:
 
         self.dispatches = Counter("redbeat_dispatches", "Slots dispatched, by outcome: sent, "
                                   "held (broker down; re-sent later), failed (refused), "
-                                  "skipped (past the misfire grace)", ["outcome"],
+                                  "skipped (past the misfire grace, or overlapping a run "
+                                  "still going)", ["outcome"],
                                   registry=registry)
         for outcome in OUTCOMES:
             self.dispatches.labels(outcome)  # every outcome exported from the start, at 0
