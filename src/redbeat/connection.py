@@ -136,6 +136,10 @@ class StartupNode(ClusterNode, Mapping[str, Any]):
 
 
 def _cluster_client(config: RedBeatConfig) -> Any:
+    # looked up when called, as 2.4.2 did: test suites written for it patch
+    # redis.cluster.RedisCluster to check how the client is built
+    from redis import cluster
+
     # Cluster URLs are no kombu transport, so options inherited from the broker's are
     # meant for this client too (2.4.2 forwards them here as well).
     own = {k: v for k, v in config.redis_options.items() if k not in OWN_OPTIONS}
@@ -146,10 +150,10 @@ def _cluster_client(config: RedBeatConfig) -> Any:
     if config.redis_options.get("startup_nodes"):
         nodes: list[ClusterNode] = [
             StartupNode(node) for node in config.redis_options["startup_nodes"]]
-        return RedisCluster(startup_nodes=nodes, **extra)
+        return cluster.RedisCluster(startup_nodes=nodes, **extra)
     if url.startswith("rediss://"):
         extra.update(ssl_options(config))
-    return RedisCluster.from_url(url, **extra)
+    return cluster.RedisCluster.from_url(url, **extra)
 
 
 def build_client(config: RedBeatConfig) -> Any:
