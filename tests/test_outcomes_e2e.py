@@ -179,12 +179,16 @@ def test_overlap_skip_and_buffer_one_never_overlap_and_count_every_skipped_slot(
         assert entry.total_run_count == len(runs), name
         # a slot still waiting when beat stopped (buffer_one) is neither run nor skipped
         waiting = int(run_of(client, name).buffered_ms is not None)
+        print(f"overlap {name}: {entry.total_run_count} runs + {misfires['overlap']} skipped "
+              f"+ {waiting} waiting = {decided} slots")
         assert entry.total_run_count + misfires["overlap"] + waiting == decided, (
             name, misfires, waiting)
     # buffer_one starts the waiting slot once the run before it ends (beat's next tick)
     runs = spans(client, "buffer")
     waits = [later["start"] - earlier["end"]
              for earlier, later in zip(runs, runs[1:], strict=False)]
+    print(f"buffer_one: from a run's end to the waiting slot's start "
+          f"{[round(wait, 2) for wait in waits]}")
     assert max(waits) < 3, waits
 
 
@@ -206,6 +210,7 @@ def test_relative_to_execution_counts_the_interval_from_the_end_of_the_run(
         cluster.stop()
     runs = spans(client, "after")
     gaps = [later["start"] - earlier["end"] for earlier, later in zip(runs, runs[1:], strict=False)]
+    print(f"relative_to execution, 2 s after runs of 1.5 s: gaps {[round(g, 2) for g in gaps]}")
     assert min(gaps) >= 2.0, gaps  # an interval after the previous run ended, at least
     assert max(gaps) < 2.0 + 3.0, gaps  # and soon after: woken by the worker's report
 
