@@ -209,3 +209,65 @@ def test_the_exit_codes_are_documented():
     text = (Path(__file__).parent.parent / "docs" / "cli.md").read_text()
     for code, meaning in ((8, "invalid settings"), (9, "need attention"), (130, "Ctrl-C")):
         assert f"| {code} |" in text and meaning in text, (code, meaning)
+
+
+# -- operator errors: one line and the documented exit code ------------------------------
+
+
+@pytest.mark.parametrize(("url", "problem"), [
+    ("redis://127.0.0.1:6379/0?socket_timout=5",
+     "unknown parameter 'socket_timout' in redis://127.0.0.1:6379/0?socket_timout=5; "
+     "did you mean socket_timeout?"),
+    ("redis://:pw@127.0.0.1:6379/0?socket_timeout=abc",
+     "Invalid value for 'socket_timeout' in connection URL. "
+     "(redis://:***@127.0.0.1:6379/0?socket_timeout=abc)"),
+    ("redis://127.0.0.1:6379/abc", "the database must be a number, not 'abc'"),
+    ("redis://127.0.0.1:6379/2?socket_timeout=3&health_check_interval=10", None),
+    ("unix:///run/redis.sock?db=1&password=x", None),
+    ("rediss://h:6380/0?ssl_cert_reqs=required", None),
+    ("redis-sentinel://h:26379/0", None),  # its query is redbeat's, not redis-py's
+])
+def test_url_problems(url, problem):
+    from redbeat.connection import url_problem
+
+    found = url_problem(url)
+    assert found == problem if problem is None else found.startswith(problem), found
+
+
+def redbeat_command(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "redbeat", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.redis_server
+def test_a_typo_in_a_redis_url_parameter_is_one_line_in_the_cli_and_in_beat(tmp_path,
+                                                                            redis_server):
+    typo = redis_server.url + "?socket_timout=5"
+    result = redbeat_command("--url", typo, "list")
+    assert result.returncode == EXIT_SETTINGS
+    assert result.stderr.splitlines() == [
+        f"error: invalid Redis URL: unknown parameter 'socket_timout' in {typo}; did you "
+        "mean socket_timeout?"]
+    cluster = Cluster(tmp_path, typo, redis_server.url)
+    beat = cluster.beat("typo")
+    try:
+        assert beat.process.wait(60) == 1
+    finally:
+        cluster.stop()
+    log = beat.log()
+    assert "beat: invalid Redis URL: unknown parameter 'socket_timout'" in log, log
+    assert "Traceback" not in log and len(log.splitlines()) < 20, log
+
+
+def test_web_on_a_port_in_use_is_one_line_and_exit_1(redis_server):
+    pytest.importorskip("waitress")
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = redbeat_command("--url", redis_server.url, "web", "--port", str(port))
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use"]

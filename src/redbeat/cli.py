@@ -46,7 +46,7 @@ from .lock import Holder, expiry_words
 from .nextrun import follows_app_zone, score_time
 from .nexttime import utc
 from .policy import OVERLAP, RELATIVE_TO, EntryPolicy
-from .preflight import check_app
+from .preflight import check_app, check_redis_url
 from .redaction import redact
 from .retry import AUTH_ERRORS
 from .runs import summary as run_summary
@@ -86,6 +86,7 @@ class Session:
             if self.celery_app is not None:
                 check_app(base)  # before anything is read: exit 8, no entry blamed
             self.app = for_cli(base, self.url, self.prefix, self.timeout)
+            check_redis_url(self.app)  # --url or the setting: exit 8, one line
         return self.app
 
     def _standalone(self) -> Celery:
@@ -1210,8 +1211,11 @@ def web_command(ctx: click.Context, host: str, port: int, token: str | None,
         fail(str(exc), 2)
     click.echo(f"redbeat web: http://{host}:{port}/ ({'read-only, ' if read_only else ''}"
                f"{'authentication required' if settings.has_auth else 'no authentication'})")
-    serve(app, settings, zone=_session(ctx).shown_zone,
-          check_tasks=_session(ctx).celery_app is not None)
+    try:
+        serve(app, settings, zone=_session(ctx).shown_zone,
+              check_tasks=_session(ctx).celery_app is not None)
+    except OSError as exc:  # the port taken, an address this host does not have
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", EXIT_FAILED)
 
 
 #: ``celery -A proj redbeat ...`` (registered through the ``celery.commands`` entry point)

@@ -8,6 +8,8 @@ connection and so follows a failover without being rebuilt.
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import logging
 import ssl
 from collections.abc import Iterator, Mapping
@@ -154,6 +156,47 @@ def _cluster_client(config: RedBeatConfig) -> Any:
     if url.startswith("rediss://"):
         extra.update(ssl_options(config))
     return cluster.RedisCluster.from_url(url, **extra)
+
+
+#: Schemes whose query redis-py reads into connection arguments (``parse_url``).
+URL_SCHEMES = ("redis", "rediss", "unix")
+
+
+def _connection_arguments() -> set[str]:
+    """Every argument a URL's query may give redis-py: its parsed ones and those of its
+    connection and pool classes (an unknown one reaches the connection's constructor
+    and fails there, at the first command, as a TypeError)."""
+    names = set(redis.connection.URL_QUERY_ARGUMENT_PARSERS)
+    for kind in (redis.connection.Connection, redis.connection.SSLConnection,
+                 redis.connection.UnixDomainSocketConnection, redis.connection.ConnectionPool):
+        for klass in kind.__mro__:
+            init = klass.__dict__.get("__init__")
+            if init is not None:
+                names |= set(inspect.signature(init).parameters) - {"self", "args", "kwargs"}
+    return names
+
+
+def url_problem(url: str) -> str | None:
+    """What redis-py would refuse in ``url``'s query, found before any connection: an
+    unknown parameter (with the closest known name) or a value it cannot parse. None
+    when it reads, or for a scheme whose query redis-py does not parse."""
+    scheme = urlparse(url).scheme
+    if scheme not in URL_SCHEMES:
+        return None
+    try:
+        given = redis.connection.parse_url(url)
+    except ValueError as exc:
+        return f"{exc} ({redact(url)})"
+    path = urlparse(url).path.strip("/")
+    if scheme != "unix" and path and not path.isdigit():  # redis-py would use db 0
+        return f"the database must be a number, not {unquote(path)!r} ({redact(url)})"
+    unknown = sorted(set(given) - _connection_arguments() - {"host", "port", "path",
+                                                             "connection_class"})
+    if not unknown:
+        return None
+    close = difflib.get_close_matches(unknown[0], sorted(_connection_arguments()), n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"unknown parameter {unknown[0]!r} in {redact(url)}{hint}"
 
 
 def build_client(config: RedBeatConfig) -> Any:

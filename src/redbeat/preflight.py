@@ -16,14 +16,23 @@ from celery import Celery
 from kombu import compression, serialization
 from kombu.exceptions import SerializerNotInstalled
 
-from .settings import SettingError, conf_lookup
+from .connection import url_problem
+from .settings import SettingError, conf_lookup, ensure_conf
 
 
 class UnrunnableApp(SettingError):
     """The app's own settings (not redbeat's) make entries unrunnable."""
 
     def __init__(self, problems: list[str]) -> None:
-        super().__init__(problems, kind="Celery")
+        super().__init__(problems, what="Celery setting")
+
+
+class BadRedisUrl(SettingError):
+    """The schedule's Redis URL holds what redis-py refuses (found before connecting:
+    redis-py fails only at the first command, with a traceback per retry)."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__([problem], what="Redis URL")
 
 
 def _zone_problem(app: Celery) -> str | None:
@@ -67,6 +76,14 @@ def app_problems(app: Celery) -> list[str]:
     return [problem for check in checks if (problem := check(app)) is not None]
 
 
+def check_redis_url(app: Celery) -> None:
+    """Raise :class:`BadRedisUrl` when the URL the app's schedule is read from (the
+    setting, or the CLI's ``--url``) has a parameter redis-py refuses."""
+    problem = url_problem(ensure_conf(app).redis_url)
+    if problem:
+        raise BadRedisUrl(problem)
+
+
 def check_app(app: Celery) -> None:
     """Raise :class:`UnrunnableApp` (a ``SettingError``, so a ``ValueError``) naming each
     setting of the app that makes entries unrunnable."""
@@ -75,4 +92,4 @@ def check_app(app: Celery) -> None:
         raise UnrunnableApp(problems)
 
 
-__all__ = ["UnrunnableApp", "app_problems", "check_app"]
+__all__ = ["BadRedisUrl", "UnrunnableApp", "app_problems", "check_app", "check_redis_url"]

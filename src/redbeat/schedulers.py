@@ -61,7 +61,7 @@ from .planning import (
     printable,
     quarantine_reason,
 )
-from .preflight import check_app
+from .preflight import check_app, check_redis_url
 from .redaction import redact
 from .retry import RetryingConnection, is_auth_error
 from .runtime import CLIENT_ATTRIBUTE, get_redis, store_for
@@ -131,6 +131,7 @@ class RedBeatScheduler(Scheduler):
         try:
             self.config: RedBeatConfig = dataclasses.replace(ensure_conf(app), **overrides)
             check_app(app)  # a fault of the app's own, not to be blamed on each entry
+            check_redis_url(app)  # one line, not a traceback per retry in beat's log
         except SettingError as exc:  # one line naming each bad setting, not a traceback
             raise SystemExit(f"beat: {exc}") from None
         self.clock = clock

@@ -71,9 +71,9 @@ class SettingError(ValueError):
     """One or more settings have a value redbeat cannot use; the message names each
     (one per line), so a configuration mistake reads as one, not as a traceback."""
 
-    def __init__(self, problems: list[str], kind: str = "redbeat") -> None:
-        super().__init__(f"invalid {kind} settings: " + "; ".join(problems)
-                         if len(problems) > 1 else f"invalid {kind} setting: {problems[0]}")
+    def __init__(self, problems: list[str], what: str = "redbeat setting") -> None:
+        super().__init__(f"invalid {what}s: " + "; ".join(problems)
+                         if len(problems) > 1 else f"invalid {what}: {problems[0]}")
         self.problems = problems
 
 
