@@ -284,10 +284,11 @@ def test_import_and_export_say_how_many(redis_server, thirty, tmp_path):
     document["entries"].append({**document["entries"][1], "name": "brand-new"})  # one created
     text = json.dumps(document)
     dry = redbeat(url, "import", "-", "--prune", "--dry-run", stdin=text)
-    assert dry.stdout.splitlines()[0] == ("would create 1, would update 1, unchanged 28, "
-                                          "would prune 1")
+    # the lines as the import goes, the counts last
+    assert dry.stdout.splitlines()[-1] == ("would create 1, would update 1, unchanged 28, "
+                                           "would prune 1")
     done = redbeat(url, "import", "-", "--prune", stdin=text)
-    assert done.stdout.splitlines()[0] == "created 1, updated 1, unchanged 28, pruned 1"
+    assert done.stdout.splitlines()[-1] == "created 1, updated 1, unchanged 28, pruned 1"
     assert "  + brand-new" in done.stdout and len(done.stdout.splitlines()) == 4
     quiet = redbeat(url, "import", "-", "--quiet", stdin=text)
     assert quiet.stdout == "created 0, updated 0, unchanged 30, pruned 0\n"

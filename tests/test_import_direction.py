@@ -33,7 +33,7 @@ BRIDGE_REACHES = {"settings": set(),
                   "entry": {"store", "lock", "connection", "retry", "runtime"}}
 EDGES = {"store", "connection", "runtime", "schedulers", "dispatch", "broker_errors", "statics",
          "manage", "browse", "cli", "embedded", "lock", "retry", "health", "metrics", "publish",
-         "web", "__main__", "preflight", "migrate", "worker", "groups"}
+         "web", "__main__", "preflight", "migrate", "worker", "groups", "export_file"}
 #: Parts of beat the scheduler hands work to (the dispatcher publishes; statics.py writes
 #: beat_schedule; compat decides which 2.4.2 hooks a class overrides): they get what
 #: they need from it when built or called, and never import it (nor anything that

@@ -15,23 +15,41 @@ interrupted (Ctrl-C).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
+import os
 import re
 import shlex
+import shutil
+import signal
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
 from datetime import datetime, tzinfo
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 import redis.exceptions
 from celery import Celery
 
-from . import __version__, audit, browse, groups, guards, health, legacy, manage, migrate
+from . import (
+    __version__,
+    audit,
+    browse,
+    export_file,
+    groups,
+    guards,
+    health,
+    legacy,
+    manage,
+    migrate,
+)
 from . import labels as label_rules
 from .connection import OWN_OPTIONS
 from .entry import (
@@ -187,6 +205,8 @@ def command(fn: Callable[..., Any]) -> Callable[..., Any]:
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except KeyboardInterrupt:  # a command that does not stop at a boundary of its own
+            fail("interrupted", EXIT_INTERRUPTED)
         except EntryNotFound as exc:  # the one KeyError that means "no such entry"
             fail(str(exc), EXIT_NOT_FOUND)
         except Refused as exc:
@@ -360,11 +380,28 @@ def list_command(ctx: click.Context, as_json: bool, pattern: str | None,
                          task_pattern=task_pattern or "",
                          labels=label_rules.normalized(labels), start=offset,
                          size=min(limit + 1 if limit else LIST_PAGE, LIST_PAGE))
-    zone = _session(ctx).shown_zone
     table = _StreamedTable(["NAME", "TASK", "SCHEDULE", "NEXT RUN", "LAST RUN", "RUNS",
                             "STATE"])
-    shown, resume = 0, offset  # type: int, int | None
+    with _ctrl_c() as stop:
+        shown, resume = _list_rows(ctx, query, limit, as_json, table, stop)
+    if shown and not as_json:
+        table.flush()
+    if not shown and not as_json:
+        click.echo("no entries")
+    if resume is not None:
+        click.echo(f"more entries match: --offset {resume} for the next page", err=True)
+
+
+def _list_rows(ctx: click.Context, query: browse.Query, limit: int | None, as_json: bool,
+               table: _StreamedTable, stop: Any) -> tuple[int, int | None]:
+    """Print the matches; how many, and where the next page starts (None: no more)."""
+    zone = _session(ctx).shown_zone
+    shown, resume = 0, query.start  # type: int, int | None
     for info, after in browse.iter_matches(_app(ctx), query):
+        if stop.requested:
+            table.flush()
+            fail(f"interrupted after {shown} entries (--offset {resume} goes on from "
+                 "there)", EXIT_INTERRUPTED)
         if limit is not None and shown == limit:
             break  # one more matches (read with the page): resume after the last shown
         if as_json:
@@ -374,12 +411,7 @@ def list_command(ctx: click.Context, as_json: bool, pattern: str | None,
         shown, resume = shown + 1, after
     else:
         resume = None
-    if shown and not as_json:
-        table.flush()
-    if not shown and not as_json:
-        click.echo("no entries")
-    if resume is not None:
-        click.echo(f"more entries match: --offset {resume} for the next page", err=True)
+    return shown, resume
 
 
 #: Entries a `list` page reads per round trip of hashes.
@@ -952,22 +984,86 @@ def unquarantine(ctx: click.Context, names: tuple[str, ...], every: bool, patter
 @main.command("export")
 @click.option("--format", "fmt", type=click.Choice(["json", "yaml"]), default="json",
               show_default=True, help="Output format (yaml needs PyYAML).")
-@click.option("--quiet", "-q", is_flag=True, help="No summary on standard error.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="No progress bar and no summary on standard error.")
 @click.pass_context
 @command
 def export_command(ctx: click.Context, fmt: str, quiet: bool) -> None:
-    """Every entry (definition, meta, score) to standard output; how many, on standard
-    error."""
-    document = manage.export_entries(_app(ctx))
-    if fmt == "yaml":
-        click.echo(_yaml().safe_dump(document, sort_keys=False, allow_unicode=True), nl=False)
-    else:
-        click.echo(json.dumps(document, indent=2))
+    """Every entry (definition, meta, score) to standard output, an entry at a time (one
+    JSON line each), so memory stays bounded at any size; a progress bar on a terminal,
+    and how many on standard error. Ctrl-C stops it (exit 130), saying how many were
+    written: the output is then incomplete and no import reads it."""
+    app = _app(ctx)
+    config = ensure_conf(app)
+    head = export_file.header(config.key_prefix, time.time())
+    out = sys.stdout
+    writer: Any = (export_file.YamlWriter(out, head, _yaml()) if fmt == "yaml"
+                   else export_file.JsonWriter(out, head))
+    total, statics = store_for(app).count_members(), 0
+    with _ctrl_c() as stop, _progress(total, "exporting", _bar_wanted(quiet)) as bar:
+        for record in manage.export_records(app):
+            writer.entry(record)
+            statics += bool(record.get("static"))
+            bar.update(1)
+            if stop.requested:
+                out.flush()
+                fail(f"interrupted: {writer.count} of {total} entries written; the output "
+                     "is incomplete (not a valid export)", EXIT_INTERRUPTED)
+    writer.close()
     if not quiet:
-        entries = document["entries"]
-        statics = sum(1 for record in entries if record.get("static"))
-        click.echo(f"exported {len(entries)} entries ({statics} static) from prefix "
-                   f"{document['prefix']!r}", err=True)
+        click.echo(f"exported {writer.count} entries ({statics} static) from prefix "
+                   f"{config.key_prefix!r}", err=True)
+
+
+def _bar_wanted(quiet: bool, lines: bool = False) -> bool:
+    """Whether to draw a progress bar on standard error: only on a terminal, and never
+    over what goes to standard output on the same terminal. ``export`` (``lines``
+    False) draws none with --quiet; ``import`` prints a line per change unless --quiet,
+    so it draws one when those lines are off or go elsewhere."""
+    if not sys.stderr.isatty():
+        return False
+    if lines:
+        return quiet or not sys.stdout.isatty()
+    return not quiet and not sys.stdout.isatty()
+
+
+class _NoBar:
+    def update(self, steps: int) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _progress(length: int | None, label: str, wanted: bool) -> Iterator[Any]:
+    """click's progress bar on standard error, or nothing (not a terminal, --quiet with
+    an export, an unknown length)."""
+    if not wanted or not length:
+        yield _NoBar()
+        return
+    with click.progressbar(length=length, label=label, file=sys.stderr,
+                           show_pos=True) as bar:
+        yield bar
+
+
+@contextlib.contextmanager
+def _ctrl_c() -> Iterator[Any]:
+    """Ctrl-C (SIGINT) asked for, not raised: a long command checks ``requested``
+    between its writes and stops at a boundary, so it can say exactly what was written.
+    A second Ctrl-C raises at once."""
+    state = types.SimpleNamespace(requested=False)
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
+
+    def request(signum: int, frame: Any) -> None:
+        if state.requested:
+            raise KeyboardInterrupt
+        state.requested = True
+
+    previous = signal.signal(signal.SIGINT, request)
+    try:
+        yield state
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @main.command("import")
@@ -1008,31 +1104,112 @@ def import_command(ctx: click.Context, source: str | None, kind: str, database: 
     if database is not None or overwrite:
         raise click.UsageError("--database and --overwrite go with --from "
                                "django-celery-beat or shelve")
-    with click.open_file(source) as stream:
-        text = stream.read()
+    app = _app(ctx)
+    with _import_source(source) as stream:
+        _import_export(ctx, app, stream, source, dry_run, prune, quiet, force)
+
+
+@contextlib.contextmanager
+def _import_source(source: str) -> Iterator[IO[str]]:
+    """SOURCE as a file that can be read twice (the import is planned, then written):
+    standard input is spooled to a temporary file (on disk past 8 MB)."""
+    if source != "-":
+        with open(source, encoding="utf-8") as stream:
+            yield stream
+        return
+    with tempfile.SpooledTemporaryFile(max_size=8 << 20, mode="w+",
+                                       encoding="utf-8") as spool:
+        shutil.copyfileobj(sys.stdin, spool)
+        spool.seek(0)
+        yield spool
+
+
+def _import_export(ctx: click.Context, app: Celery, stream: IO[str], source: str,
+                   dry_run: bool, prune: bool, quiet: bool, force: bool) -> None:
+    """Plan the import (every record read and checked, the statics guarded), then write
+    it a batch per transaction; a line per change unless --quiet, a progress bar on a
+    terminal, the counts last. Ctrl-C stops between batches (exit 130)."""
+    size = _size_of(stream)
+    records = _records_of(stream, source)
+    session = _session(ctx)
+    own = session.celery_app is not None and not session.url and not session.prefix
+    static = store_for(app).static_names() | set(
+        (session.celery_app.conf.beat_schedule or {}) if own and session.celery_app else ())
+    touched: list[str] = []
+    marks = {"created": "+", "updated": "~", "pruned": "-"}
+
+    def line(kind: str, name: str) -> None:
+        if kind != "unchanged" and not quiet:
+            click.echo(f"  {marks[kind]} {_shown(name)}")
+
+    def plan_heard(kind: str, name: str) -> None:
+        if kind != "unchanged" and name in static:
+            touched.append(name)
+        if dry_run:
+            line(kind, name)
+
+    with _ctrl_c() as stop:
+        with _progress(size, "checking", _bar_wanted(quiet, lines=True)) as bar:
+            counts = manage.import_records(
+                app, lambda: records(bar), dry_run=True, prune=prune, planned=plan_heard,
+                before_write=lambda _: _guard_statics(ctx, touched, force, dry_run))
+        if not dry_run:
+            with _progress(size, "writing", _bar_wanted(quiet, lines=True)) as bar:
+                counts = manage.import_records(
+                    app, lambda: records(bar), prune=prune, written=line,
+                    should_stop=lambda: stop.requested)
+    summary = (f"created {counts.created}, updated {counts.updated}, unchanged "
+               f"{counts.unchanged}, pruned {counts.pruned}")
+    if dry_run:
+        summary = (f"would create {counts.created}, would update {counts.updated}, "
+                   f"unchanged {counts.unchanged}, would prune {counts.pruned}")
+    if counts.stopped:
+        fail(f"interrupted: {summary} before it stopped; the rest was not imported (the "
+             "same import again finishes it: entries already written are left alone)",
+             EXIT_INTERRUPTED)
+    click.echo(summary)
+
+
+def _size_of(stream: IO[str]) -> int | None:
     try:
-        document = json.loads(text)
-    except ValueError:
+        return os.fstat(stream.fileno()).st_size
+    except (OSError, AttributeError, ValueError):  # a spool still in memory
+        return None
+
+
+def _records_of(stream: IO[str], source: str) -> Callable[[Any], Iterator[Any]]:
+    """The export's entries, afresh on each call (from the start of the file), advancing
+    ``bar`` by the characters read: JSON streamed, YAML read whole."""
+    stream.seek(0)
+    first = stream.read(64).lstrip()[:1]
+
+    def json_records(bar: Any) -> Iterator[Any]:
+        stream.seek(0)
+        reader = export_file.JsonReader(stream)
+        shown = 0
+        for record in reader.entries():
+            export_file.check_head(reader.head)
+            bar.update(reader.consumed - shown)
+            shown = reader.consumed
+            yield record
+        bar.update(reader.consumed - shown)
+
+    def yaml_records(bar: Any) -> Iterator[Any]:
+        stream.seek(0)
         try:
-            document = _yaml().safe_load(text)
+            document = _yaml().safe_load(stream)
+        except ValueError:
+            raise
         except Exception as exc:
             raise ValueError(f"{source} is neither JSON nor YAML: {exc}") from exc
-    if not isinstance(document, dict):
-        raise ValueError(f"{source} is not a redbeat export")
-    plan = manage.import_entries(
-        _app(ctx), document, dry_run=dry_run, prune=prune,
-        before_write=lambda plan: _guard_statics(ctx, plan.changed, force, dry_run))
-    would = "would " if dry_run else ""
-    click.echo(f"{would}create {len(plan.created)}, {would}update {len(plan.updated)}, "
-               f"unchanged {len(plan.unchanged)}, {would}prune {len(plan.pruned)}"
-               if dry_run else
-               f"created {len(plan.created)}, updated {len(plan.updated)}, "
-               f"unchanged {len(plan.unchanged)}, pruned {len(plan.pruned)}")
-    if quiet:
-        return
-    for mark, names in (("+", plan.created), ("~", plan.updated), ("-", plan.pruned)):
-        for name in names:
-            click.echo(f"  {mark} {_shown(name)}")
+        if not isinstance(document, dict) or document.get("format") != export_file.FORMAT \
+                or not isinstance(document.get("entries"), list):
+            raise ValueError(f"{source} is not a redbeat export (expected format "
+                             f"{export_file.FORMAT})")
+        bar.update(_size_of(stream) or 0)
+        yield from document["entries"]
+
+    return json_records if first == "{" else yaml_records
 
 
 def _import_foreign(ctx: click.Context, kind: str, source: str | None, database: str | None,

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from celery import Celery
 
-from . import audit, legacy
+from . import audit, export_file, legacy
 from . import labels as label_rules
 from .entry import (
     EntryNotFound,
@@ -435,9 +435,9 @@ def run_now(app: Celery, name: str) -> str:
 # -- export and import -----------------------------------------------------------------
 
 
-def export_entries(app: Celery) -> dict[str, Any]:
-    """Every entry with its definition, meta and score, as plain JSON values."""
-    entries = []
+def export_records(app: Celery) -> Iterator[dict[str, Any]]:
+    """Every entry with its definition, meta, policy and score, as plain JSON values, in
+    due order, read a page at a time (what ``redbeat export`` streams)."""
     for info in iter_entries(app):
         if not info.fields:
             continue  # a member with no hash (another type at its key, or deleted): no entry
@@ -453,9 +453,14 @@ def export_entries(app: Celery) -> dict[str, Any]:
                 record[name] = None if raw is None else json.loads(raw)
             except (ValueError, RecursionError):
                 record[name] = {"__raw__": raw}  # kept byte for byte, even if broken
-        entries.append(record)
-    return {"format": "redbeat-export/1", "prefix": ensure_conf(app).key_prefix,
-            "exported_at": time.time(), "entries": entries}
+        yield record
+
+
+def export_entries(app: Celery) -> dict[str, Any]:
+    """The whole export as one document (:func:`export_records` holds one entry at a
+    time: prefer it for a large schedule)."""
+    return {**export_file.header(ensure_conf(app).key_prefix, time.time()),
+            "entries": list(export_records(app))}
 
 
 @dataclass
@@ -511,65 +516,224 @@ def _import_score(name: str, value: Any) -> float:
     return score
 
 
+@dataclass
+class ImportCounts:
+    """How many entries an import created, updated, left alone and pruned; whether it
+    stopped early (``should_stop``), after the batches counted."""
+
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    pruned: int = 0
+    stopped: bool = False
+
+    def add(self, kind: str) -> None:
+        setattr(self, kind, getattr(self, kind) + 1)
+
+
+#: Entries an import reads and writes per round trip (one transaction per batch).
+IMPORT_BATCH = 500
+#: Schedule members read per round trip while looking for entries to prune.
+PRUNE_PAGE = 10_000
+
+
+@dataclass(frozen=True)
+class _Incoming:
+    name: str
+    key: str
+    definition: str
+    meta: str | None
+    policy: str | None
+    labels: str | None
+    created: str | None
+    score: float
+    static: bool
+
+
+def _incoming(record: Any, keys: KeyLayout) -> _Incoming:
+    name, key = _import_key(record, keys)
+    definition = _field_text(record.get(DEFINITION))
+    if definition is None:
+        raise ValueError(f"entry {name!r} has no definition")
+    # stored as save() stores it: in a stub if celery-redbeat 2.4.2 cannot read it
+    return _Incoming(name, key, legacy.wrap(definition, name), _field_text(record.get(META)),
+                     _field_text(record.get(POLICY)), _field_text(record.get(LABELS)),
+                     _field_text(record.get(CREATED)),
+                     _import_score(name, record.get("score")), bool(record.get("static")))
+
+
+def _batches(records: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for record in records:
+        batch.append(record)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _classified(store: ScheduleStore, keys: KeyLayout, batch: list[Any]
+                ) -> list[tuple[str, _Incoming]]:
+    """Each record of the batch with what the import does with it (created, updated,
+    unchanged), from one read of the entries it names."""
+    incoming = [_incoming(record, keys) for record in batch]
+    current = store.view_rows([item.key for item in incoming])
+    verdicts = []
+    for item, (fields, score, _) in zip(incoming, current, strict=True):
+        exists = bool(fields) and score is not None
+        same = exists and fields.get(DEFINITION) == item.definition and \
+            fields.get(META) == item.meta and score == item.score and \
+            fields.get(POLICY) == item.policy and fields.get(LABELS) == item.labels
+        verdicts.append(("unchanged" if same else "updated" if exists else "created", item))
+    return verdicts
+
+
+def _write(store: ScheduleStore, keys: KeyLayout, items: list[_Incoming]) -> None:
+    """The writes of one batch, in one transaction."""
+    changed = changed_json("import")
+
+    def build(pipe: Any) -> None:
+        for item in items:
+            pipe.hset(item.key, mapping={DEFINITION: item.definition, CHANGED: changed})
+            pipe.hsetnx(item.key, CREATED, item.created or changed)
+            if item.labels is None:
+                pipe.hdel(item.key, LABELS)
+            else:
+                pipe.hset(item.key, LABELS, item.labels)
+            if item.meta is not None:
+                pipe.hset(item.key, META, item.meta)
+            if item.policy is None:
+                pipe.hdel(item.key, POLICY)
+            else:
+                pipe.hset(item.key, POLICY, item.policy)
+            pipe.zadd(keys.schedule, {item.key: item.score})
+            if item.static:
+                pipe.sadd(keys.statics, item.name)
+    store.write_batch(build)
+
+
+def _to_prune(store: ScheduleStore, keys: KeyLayout, kept: set[str]) -> list[str]:
+    """The names of the schedule's entries ``kept`` does not have (names only are read,
+    ``PRUNE_PAGE`` members per round trip)."""
+    pruned, start = [], 0
+    while members := store.window(keys.schedule, start, start + PRUNE_PAGE - 1):
+        pruned += [name for name in (keys.name_of(key) for key, _ in members
+                                     if keys.is_entry_key(key)) if name not in kept]
+        start += len(members)
+    return sorted(pruned)
+
+
+def import_records(app: Celery, records: Callable[[], Iterable[Any]], dry_run: bool = False,
+                   prune: bool = False,
+                   planned: Callable[[str, str], None] | None = None,
+                   before_write: Callable[[ImportCounts], None] | None = None,
+                   written: Callable[[str, str], None] | None = None,
+                   should_stop: Callable[[], bool] | None = None,
+                   batch: int = IMPORT_BATCH) -> ImportCounts:
+    """Write the entries of an export, streamed: ``records()`` gives the export's
+    entries afresh each time it is called (it is called twice: the import is planned,
+    then written), read ``batch`` at a time, so memory holds a batch whatever the
+    export's size (and, with ``prune``, the set of its names). Idempotent: an entry
+    equal to the record is left alone.
+
+    ``planned(kind, name)`` hears what the plan does with each entry (``created``,
+    ``updated``, ``unchanged``, ``pruned``), and ``before_write`` the counts before anything is
+    written: either may refuse the import by raising (the CLI refuses to change static
+    entries without ``--force``). ``written(kind, name)`` hears each change once its
+    batch is written; ``should_stop()`` is asked between batches (Ctrl-C): the counts
+    then say what was written, ``stopped`` set. A bad record (no name, a reserved name,
+    no definition, a score that is not a finite number) raises ValueError while
+    planning, before anything is written."""
+    store = store_for(app)
+    keys = ensure_conf(app).keys
+    hear = planned or _ignore
+    plan, pruned = _plan_import(store, keys, records(), prune, batch, hear)
+    if before_write is not None:
+        before_write(plan)
+    if dry_run:
+        return plan
+    return _apply_import(store, keys, records(), pruned, batch, written or _ignore,
+                         should_stop or (lambda: False))
+
+
+def _ignore(kind: str, name: str) -> None:
+    """A listener that does not listen."""
+
+
+def _plan_import(store: ScheduleStore, keys: KeyLayout, records: Iterable[Any], prune: bool,
+                 batch: int, hear: Callable[[str, str], None]
+                 ) -> tuple[ImportCounts, list[str]]:
+    """What an import would do, and the names it would prune: every record read and
+    checked, nothing written."""
+    plan = ImportCounts()
+    names: set[str] = set()
+    for chunk in _batches(records, batch):
+        for kind, item in _classified(store, keys, chunk):
+            plan.add(kind)
+            hear(kind, item.name)
+            if prune:
+                names.add(item.name)
+    pruned = _to_prune(store, keys, names) if prune else []
+    for name in pruned:
+        plan.add("pruned")
+        hear("pruned", name)
+    return plan, pruned
+
+
+def _apply_import(store: ScheduleStore, keys: KeyLayout, records: Iterable[Any],
+                  pruned: list[str], batch: int, hear: Callable[[str, str], None],
+                  should_stop: Callable[[], bool]) -> ImportCounts:
+    """Write the import a batch per transaction, asking ``should_stop`` between them."""
+    done = ImportCounts()
+    for chunk in _batches(records, batch):
+        if should_stop():
+            done.stopped = True
+            return done
+        verdicts = _classified(store, keys, chunk)
+        _write(store, keys, [item for kind, item in verdicts if kind != "unchanged"])
+        for kind, item in verdicts:
+            done.add(kind)
+            if kind != "unchanged":
+                hear(kind, item.name)
+    for names in _batches(pruned, batch):
+        if should_stop():
+            done.stopped = True
+            return done
+        _prune(store, keys, names)
+        for name in names:
+            done.add("pruned")
+            hear("pruned", name)
+    return done
+
+
+def _prune(store: ScheduleStore, keys: KeyLayout, names: list[str]) -> None:
+    def build(pipe: Any) -> None:
+        for name in names:
+            pipe.zrem(keys.schedule, keys.entry(name))
+            pipe.delete(keys.entry(name))
+            pipe.srem(keys.statics, name)
+    store.write_batch(build)
+
+
 def import_entries(app: Celery, document: dict[str, Any], dry_run: bool = False,
                    prune: bool = False,
                    before_write: Callable[[ImportPlan], None] | None = None) -> ImportPlan:
-    """Write the entries of an export; idempotent (an identical entry is left alone).
+    """Write the entries of an export held in memory (:func:`import_records` streams);
+    idempotent (an identical entry is left alone).
 
     The prefix is this app's, so an export can move a schedule to another prefix.
     ``prune`` deletes the entries the document does not have. ``before_write`` sees the
     plan before anything is written and may refuse it by raising (the CLI refuses to
     change static entries without ``--force``)."""
-    if document.get("format") != "redbeat-export/1" or not isinstance(
+    if document.get("format") != export_file.FORMAT or not isinstance(
             document.get("entries"), list):
-        raise ValueError("not a redbeat export (expected format redbeat-export/1)")
-    config = ensure_conf(app)
-    store = store_for(app)
-    existing = {info.name: info for info in iter_entries(app)}
+        raise ValueError(f"not a redbeat export (expected format {export_file.FORMAT})")
     plan = ImportPlan()
-    writes: list[tuple[str, tuple[Any, ...]]] = []  # (pipeline method, arguments)
-    for record in document["entries"]:
-        name, key = _import_key(record, config.keys)
-        definition = _field_text(record.get(DEFINITION))
-        meta = _field_text(record.get(META))
-        policy = _field_text(record.get(POLICY))
-        labels = _field_text(record.get(LABELS))
-        if definition is None:
-            raise ValueError(f"entry {name!r} has no definition")
-        # stored as save() stores it: in a stub if celery-redbeat 2.4.2 cannot read it
-        definition = legacy.wrap(definition, name)
-        score = _import_score(name, record.get("score"))
-        current = existing.get(name)
-        if current and current.fields.get(DEFINITION) == definition and \
-                current.fields.get(META) == meta and current.score == score and \
-                current.fields.get(POLICY) == policy and current.fields.get(LABELS) == labels:
-            plan.unchanged.append(name)
-            continue
-        (plan.updated if current else plan.created).append(name)
-        changed = changed_json("import")
-        writes += [("hset", (key, DEFINITION, definition)),
-                   ("hset", (key, CHANGED, changed)),
-                   ("hsetnx", (key, CREATED, _field_text(record.get(CREATED)) or changed)),
-                   ("hdel", (key, LABELS)) if labels is None
-                   else ("hset", (key, LABELS, labels))]
-        if meta is not None:
-            writes.append(("hset", (key, META, meta)))
-        writes.append(("hdel", (key, POLICY)) if policy is None
-                      else ("hset", (key, POLICY, policy)))
-        writes.append(("zadd", (config.keys.schedule, {key: score})))
-        if record.get("static"):
-            writes.append(("sadd", (config.keys.statics, name)))
-    names = {str(record["name"]) for record in document["entries"]}
-    if prune:
-        for name in sorted(set(existing) - names):
-            plan.pruned.append(name)
-            writes += [("zrem", (config.keys.schedule, config.keys.entry(name))),
-                       ("delete", (config.keys.entry(name),)),
-                       ("srem", (config.keys.statics, name))]
-    if before_write is not None:
-        before_write(plan)
-    if writes and not dry_run:
-        store.write_batch(lambda pipe: [getattr(pipe, method)(*args) for method, args in writes])
+    import_records(
+        app, lambda: document["entries"], dry_run=dry_run, prune=prune,
+        planned=lambda kind, name: getattr(plan, kind).append(name),
+        before_write=(lambda _: before_write(plan)) if before_write is not None else None)
     return plan
 
 
@@ -689,8 +853,9 @@ def status(app: Celery, now: float | None = None, upcoming: int = 5,
 
 
 __all__ = [
-    "EntryInfo", "EntryNotFound", "ImportPlan", "InvalidEntry", "Pause", "Release",
-    "pause", "resume", "delete_entry", "quarantined_entries", "release_quarantined",
-    "due_entries", "edit_entry", "entry_info", "export_entries", "get_entry", "import_entries",
-    "iter_entries", "list_entries", "outcome_record", "run_now", "run_outcomes", "set_enabled", "status",
+    "EntryInfo", "EntryNotFound", "ImportCounts", "ImportPlan", "InvalidEntry", "Pause",
+    "Release", "delete_entry", "due_entries", "edit_entry", "entry_info", "export_entries",
+    "export_records", "get_entry", "import_entries", "import_records", "iter_entries",
+    "list_entries", "outcome_record", "pause", "quarantined_entries", "release_quarantined",
+    "resume", "run_now", "run_outcomes", "set_enabled", "status",
 ]

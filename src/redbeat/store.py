@@ -727,6 +727,10 @@ class ScheduleStore:
         return self.retry.call(lambda: self.client.zrangebyscore(
             self.keys.schedule, low, high, start=start, num=count, withscores=True))
 
+    def count_members(self) -> int:
+        """Members of the schedule, parked ones included (ZCARD)."""
+        return int(self.retry.call(lambda: self.client.zcard(self.keys.schedule)))
+
     def count_scheduled(self) -> int:
         return int(self.retry.call(lambda: self.client.zcount(self.keys.schedule, 0, "+inf")))
 

@@ -1,0 +1,210 @@
+"""redbeat.export_file: the export document streamed both ways (tables over layouts and
+read-buffer sizes), and `redbeat export`/`import`/`list` as a user runs them: a summary,
+--quiet, and Ctrl-C that says what was written and exits 130 (real processes, a real
+redis-server)."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from redbeat.export_file import FORMAT, JsonReader, JsonWriter, header
+from support.waiting import wait_until
+
+RECORDS = [{"name": "a", "score": 1.5, "static": False, "definition": {"task": "t"},
+            "meta": None, "policy": None},
+           {"name": "b\n\"q\"", "score": -1, "static": True,
+            "definition": {"__raw__": "{broken"}, "meta": {"x": [1, 2, {"y": 1e-7}]},
+            "policy": {"jitter": 12345678901234567890}}]
+
+
+def written(records: list[dict]) -> str:
+    out = io.StringIO()
+    writer = JsonWriter(out, header("redbeat:", 1.0))
+    for record in records:
+        writer.entry(record)
+    writer.close()
+    return out.getvalue()
+
+
+def read(text: str, chunk: int) -> tuple[list[dict], dict]:
+    reader = JsonReader(io.StringIO(text), chunk=chunk)
+    return list(reader.entries()), reader.head
+
+
+LAYOUTS = {
+    "as written": written(RECORDS),
+    "empty": written([]),
+    "pretty": json.dumps({"format": FORMAT, "prefix": "p", "entries": RECORDS}, indent=2),
+    "compact": json.dumps({"format": FORMAT, "entries": RECORDS}, separators=(",", ":")),
+    "entries first": json.dumps({"entries": RECORDS, "format": FORMAT, "prefix": "p"}),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("chunk", [1, 2, 7, 64, 1 << 16])
+def test_any_layout_reads_back_whatever_the_buffer(layout, chunk):
+    text = LAYOUTS[layout]
+    entries, head = read(text, chunk)
+    assert entries == json.loads(text)["entries"]
+    assert head["format"] == FORMAT
+
+
+def test_the_writer_writes_one_json_document_one_entry_per_line():
+    text = written(RECORDS)
+    assert json.loads(text)["entries"] == RECORDS
+    assert len(text.splitlines()) == len(RECORDS) + 2
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "expected one of '{'"),
+    ("[1, 2]", "expected one of '{'"),
+    ('{"format": "redbeat-export/1"}', "no entries"),
+    ('{"format": "other", "entries": []}', "expected format redbeat-export/1"),
+    ('{"format": "redbeat-export/1", "entries": [{"name": "a"} {"name": "b"}]}',
+     "expected one of ',]'"),
+    ('{"format": "redbeat-export/1", "entries": [{"name": "a"', "not a redbeat export"),
+])
+def test_what_is_not_an_export_is_a_value_error(text, message):
+    with pytest.raises(ValueError, match=message):
+        read(text, 3)
+
+
+# -- the commands, as a user runs them -----------------------------------------------------
+
+
+def fill(client, count: int) -> None:
+    with client.pipeline(transaction=False) as pipe:
+        for number in range(count):
+            key = f"redbeat:job-{number:06d}"
+            pipe.hset(key, "definition", json.dumps({
+                "name": f"job-{number:06d}", "task": "tasks.t", "args": [number],
+                "schedule": {"__type__": "interval", "every": 3600, "relative": False}}))
+            pipe.zadd("redbeat::schedule", {key: 2_000_000_000 + number})
+            if number % 5000 == 4999:
+                pipe.execute()
+        pipe.execute()
+
+
+def redbeat(url: str, *args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "redbeat", "--url", url, *args],
+                            text=True, **kwargs)
+
+
+@pytest.mark.redis_server
+def test_export_then_import_elsewhere_streams_with_a_summary(redis_server, tmp_path):
+    client = redis_server.client()
+    fill(client, 3000)
+    path = tmp_path / "export.json"
+    with open(path, "w") as out:
+        export = redbeat(redis_server.url, "export", stdout=out, stderr=subprocess.PIPE)
+        _, err = export.communicate(timeout=120)
+    assert export.returncode == 0 and err == \
+        "exported 3000 entries (0 static) from prefix 'redbeat:'\n"
+    assert len(path.read_text().splitlines()) == 3002  # a line per entry
+    load = redbeat(redis_server.url, "--prefix", "copy:", "import", str(path), "--quiet",
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = load.communicate(timeout=120)
+    assert load.returncode == 0, err
+    assert out == "created 3000, updated 0, unchanged 0, pruned 0\n" and err == ""
+    assert client.zcard("copy::schedule") == 3000
+    assert client.hget("copy:job-002999", "definition") == client.hget(
+        "redbeat:job-002999", "definition")
+
+
+@pytest.mark.redis_server
+def test_ctrl_c_says_what_was_written_and_exits_130(redis_server, tmp_path):
+    client = redis_server.client()
+    fill(client, 60_000)
+    # export: stopped once it has begun writing
+    path = tmp_path / "export.json"
+    with open(path, "w") as out:
+        export = redbeat(redis_server.url, "export", stdout=out, stderr=subprocess.PIPE)
+        wait_until(lambda: path.stat().st_size > 100_000, 120, "the export to start")
+        export.send_signal(signal.SIGINT)
+        _, err = export.communicate(timeout=120)
+    assert export.returncode == 130, err
+    (line,) = err.splitlines()
+    assert line.startswith("error: interrupted: ") and line.endswith(
+        " of 60000 entries written; the output is incomplete (not a valid export)")
+    count = int(line.split()[2])
+    assert 0 < count < 60_000
+    assert len(path.read_text().splitlines()) == count + 1  # the header, a line each
+    # import: stopped between two batches; what it says it wrote is what Redis holds
+    full = tmp_path / "full.json"
+    with open(full, "w") as out:
+        assert redbeat(redis_server.url, "export", stdout=out,
+                       stderr=subprocess.DEVNULL).wait(300) == 0
+    log = tmp_path / "import.log"
+    with open(log, "w") as out:
+        load = redbeat(redis_server.url, "--prefix", "copy:", "import", str(full),
+                       stdout=out, stderr=subprocess.PIPE)
+        wait_until(lambda: log.read_text().count("\n") > 1000, 300, "the import to write")
+        load.send_signal(signal.SIGINT)
+        _, err = load.communicate(timeout=120)
+    assert load.returncode == 130, err
+    (line,) = err.splitlines()
+    assert line.startswith("error: interrupted: created ") and "the rest was not imported" \
+        in line, line
+    created = int(line.split("created ")[1].split(",")[0])
+    assert 0 < created < 60_000 and created % 500 == 0  # whole batches
+    assert client.zcard("copy::schedule") == created
+    assert log.read_text().count("  + ") == created
+    # the same import again finishes it
+    again = redbeat(redis_server.url, "--prefix", "copy:", "import", str(full), "--quiet",
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, _ = again.communicate(timeout=300)
+    assert out == f"created {60_000 - created}, updated 0, unchanged {created}, pruned 0\n"
+    # list: stopped while printing
+    lines = tmp_path / "list.txt"
+    with open(lines, "w") as out:
+        listing = redbeat(redis_server.url, "list", stdout=out, stderr=subprocess.PIPE)
+        wait_until(lambda: lines.stat().st_size > 50_000, 120, "the listing to start")
+        listing.send_signal(signal.SIGINT)
+        _, err = listing.communicate(timeout=120)
+    assert listing.returncode in (0, 130), err  # it may have finished first
+    if listing.returncode == 130:
+        assert err.startswith("error: interrupted after ") and "--offset" in err
+
+
+@pytest.mark.redis_server
+def test_a_progress_bar_on_a_terminal_none_with_quiet(redis_server, tmp_path):
+    import os
+    import pty
+
+    import threading
+
+    fill(redis_server.client(), 2000)
+    for quiet in ([], ["--quiet"]):
+        leader, follower = pty.openpty()
+        chunks: list[bytes] = []
+
+        def drain(fd: int = leader, into: list[bytes] = chunks) -> None:
+            while True:
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:  # the terminal closed: everything was read
+                    return
+                if not data:
+                    return
+                into.append(data)
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+        with open(tmp_path / "out.json", "w") as out:
+            export = redbeat(redis_server.url, "export", *quiet, stdout=out, stderr=follower)
+            assert export.wait(120) == 0
+        os.close(follower)
+        reader.join(30)
+        os.close(leader)
+        text = b"".join(chunks).decode(errors="replace")
+        if quiet:
+            assert text == ""
+        else:
+            assert "exporting" in text and "2000/2000" in text, text
+            assert "exported 2000 entries (0 static)" in text
