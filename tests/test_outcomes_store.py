@@ -160,3 +160,26 @@ def test_a_running_run_is_kept_alive_and_its_bound_returned(app, entry):
     report(store, "finish", 1, "success")
     assert report(store, "alive", 1, "running") == "stale"  # it ended: nothing to keep
     assert run(client).state == "success"
+
+
+def test_the_workers_acl_user_of_the_docs_can_report():
+    """docs/outcomes.md's ACL line for the workers' Redis user is enough for every
+    report (the line is read from the page, so it cannot drift)."""
+    import re
+    from pathlib import Path
+
+    from conftest import make_app
+    from support.deployments import acl_server
+
+    page = (Path(__file__).parent.parent / "docs" / "outcomes.md").read_text()
+    line = re.search(r"ACL SETUSER worker on >secret ~redbeat:\* &redbeat:\* \\\n(.*)\n", page)
+    assert line, "docs/outcomes.md has no worker ACL line"
+    with acl_server("redbeat:", commands=line.group(1).strip(), username="worker") as server:
+        admin = server.client()
+        admin.hset("redbeat:job", "definition", "{}")
+        app = make_app(server.beat_url)
+        store = store_for(app)
+        assert report(store, "start", 1000, "running") == "run"
+        assert report(store, "alive", 1000, "running") == "run"
+        assert report(store, "finish", 1000, "failure", error="x") == "run"
+        assert [f["outcome"] for _, f in admin.xrange("redbeat::outcomes")] == ["failure"]
