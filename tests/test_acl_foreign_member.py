@@ -52,6 +52,8 @@ def test_foreign_and_internal_members_are_removed_untouched_under_an_acl_user(ca
         try:
             ticks = run_for(scheduler, 6.0)
             leading = scheduler.leading
+            # read while it runs: closing removes its own heartbeat, and with it the key
+            nodes_type = admin.type("redbeat::nodes")
         finally:
             scheduler.close()
         members = set(admin.zrange(SCHEDULE, 0, -1))
@@ -60,7 +62,6 @@ def test_foreign_and_internal_members_are_removed_untouched_under_an_acl_user(ca
         counts = {name: RedBeatSchedulerEntry.from_key(f"redbeat:{name}", app=app).total_run_count
                   for name in GOOD}
         pending = admin.hlen("redbeat::pending")
-        nodes_type = admin.type("redbeat::nodes")
 
     log = caplog.text
     sent = Counter(task_id.rsplit(":", 1)[0] for task_id in set(scheduler.task_ids))

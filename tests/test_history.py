@@ -45,7 +45,7 @@ def test_a_dispatch_is_a_stream_record_and_the_entry_hash_does_not_grow(redis_se
     run(scheduler, clock, 1)
     after_one = client.memory_usage(entry.key, samples=0)
     run(scheduler, clock, 20)
-    assert set(client.hkeys(entry.key)) == {"definition", "meta", "changed"}
+    assert set(client.hkeys(entry.key)) == {"definition", "meta", "changed", "created"}
     assert client.memory_usage(entry.key, samples=0) <= after_one + 16  # run count digits
     history = get_entry(app, "every-10").history
     assert [record["task_id"] for record in history] == \
@@ -142,7 +142,7 @@ def test_an_older_releases_history_fields_are_shown_then_cleaned_up(redis_server
     clock = Clock()
     scheduler = leader(app, clock)
     run(scheduler, clock, 1)
-    assert set(client.hkeys(entry.key)) == {"definition", "meta", "changed"}
+    assert set(client.hkeys(entry.key)) == {"definition", "meta", "changed", "created"}
     after = get_entry(app, "upgraded").history
     assert [record["task_id"] for record in after] == [f"upgraded:{round(T0 * 1000)}"]
 
