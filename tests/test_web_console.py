@@ -440,3 +440,27 @@ def test_labels_filter_bulk_change_form_and_audit(web: WebServer, page: Any, app
     page.fill("[name=labels]", "bad\u0007label")
     page.click("#save")
     assert "Labels: label" in page.inner_text("#error-labels")
+
+
+def test_the_form_sets_overlap_and_execution_relative_intervals(web: WebServer, page: Any,
+                                                                 app: Any) -> None:
+    """docs/outcomes.md's per-entry options, from the form as from the CLI."""
+    page.goto(web.url + "/entries/new")
+    fill_form(page, {"name": "no-overlap", "task": "tasks.long", "kind": "every",
+                     "schedule": "5m", "overlap": "buffer_one", "relative_to": "execution",
+                     "lost_after": "20m"})
+    page.click("#save")
+    policy = manage.get_entry(app, "no-overlap").entry.policy
+    assert (policy.overlap, policy.relative_to, policy.lost_after) == (
+        "buffer_one", "execution", 1200.0)
+    page.goto(web.url + "/entry/edit?name=no-overlap")
+    assert page.input_value("[name=overlap]") == "buffer_one"
+    fill_form(page, {"overlap": "allow", "lost_after": ""})
+    page.click("#save")
+    policy = manage.get_entry(app, "no-overlap").entry.policy
+    assert (policy.overlap, policy.relative_to, policy.lost_after) == (
+        "allow", "execution", None)
+    page.goto(web.url + "/entry/edit?name=no-overlap")
+    fill_form(page, {"lost_after": "soon"})
+    page.click("#save")
+    assert page.inner_text("#error-lost_after").startswith("Lost after")

@@ -37,12 +37,14 @@ LABELS = {"name": "Name", "task": "Task", "schedule": "Schedule", "zone": "Zone"
           "priority": "Priority", "expires": "Expires", "options_json": "Other options",
           "start": "Start", "end": "End", "misfire_grace": "Misfire grace",
           "coalesce": "Coalesce", "jitter": "Jitter", "ttl": "TTL", "labels": "Labels",
+          "overlap": "Overlap", "relative_to": "Count from", "lost_after": "Lost after",
           **{kind: "Schedule" for kind in KINDS}}
 #: The options that have a field of their own; the rest are edited as JSON.
 OWN_OPTIONS = ("queue", "priority", "expires")
 TEXT_FIELDS = ("name", "task", "kind", "schedule", "zone", "args_json", "kwargs_json",
                "queue", "priority", "expires", "options_json", "start", "end",
-               "misfire_grace", "jitter", "ttl", "coalesce", "labels")
+               "misfire_grace", "jitter", "ttl", "coalesce", "labels", "overlap",
+               "relative_to", "lost_after")
 
 
 def label(name: str) -> str:
@@ -63,7 +65,8 @@ class EntryForm:
     @classmethod
     def empty(cls) -> EntryForm:
         return cls({name: "" for name in TEXT_FIELDS} | {
-            "kind": "every", "args_json": "[]", "kwargs_json": "{}", "coalesce": "yes"})
+            "kind": "every", "args_json": "[]", "kwargs_json": "{}", "coalesce": "yes",
+            "overlap": "allow", "relative_to": "schedule"})
 
 
 def _time_text(moment: datetime | None, zone: tzinfo) -> str:
@@ -99,6 +102,8 @@ def from_entry(entry: Any, app_zone: tzinfo) -> EntryForm:
             _seconds(policy.jitter) if policy.jitter else "", "ttl": _seconds(policy.ttl),
         "coalesce": "yes" if policy.coalesce else "no",
         "labels": ", ".join(entry.labels or ()),
+        "overlap": policy.overlap, "relative_to": policy.relative_to,
+        "lost_after": _seconds(policy.lost_after),
     }
     return EntryForm(values)
 
@@ -180,7 +185,8 @@ def read(form: EntryForm, base_policy: EntryPolicy,
 
 #: The policy fields the form shows (EntryPolicy attributes): an edit starts from their
 #: defaults, so a field emptied in the form is taken back.
-FORM_POLICY = ("start_time", "end_time", "misfire_grace_time", "coalesce", "jitter", "ttl")
+FORM_POLICY = ("start_time", "end_time", "misfire_grace_time", "coalesce", "jitter", "ttl",
+               "overlap", "relative_to", "lost_after")
 
 
 def default_policy(old: EntryPolicy | None) -> EntryPolicy:
