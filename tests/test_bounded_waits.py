@@ -27,8 +27,9 @@ pytestmark = pytest.mark.e2e
 
 #: The whole freeze of the hung-broker test (issue 11 measured 11 slots lost in 12 s).
 FREEZE = 12.0
-#: SIGTERM must end a beat within this, well inside Kubernetes' 30-s grace period.
-EXIT_WITHIN = 8.0
+#: SIGTERM must end a beat within this, inside Kubernetes' 30-s grace period (with room
+#: for a loaded machine: the bound is the grace period, not a speed target).
+EXIT_WITHIN = 20.0
 
 
 class Servers:
@@ -148,7 +149,8 @@ def test_a_send_the_tick_gave_up_on_is_confirmed_when_it_ends_and_not_sent_again
         for _ in range(3):
             started = time.monotonic()
             scheduler.tick()
-            assert time.monotonic() - started < 1.0  # the tick keeps its pace
+            # the tick keeps its pace: it does not wait for the hung writer (10 s)
+            assert time.monotonic() - started < 8.0
             assert client.hlen(pending) == 1  # the slot stays pending, nothing lost
         gate.set()
         wait_until(lambda: client.hlen(pending) == 0, 5, "the late send's confirmation")

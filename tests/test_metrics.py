@@ -101,4 +101,4 @@ def test_a_scrape_while_redis_is_away_answers_schedule_up_0_without_retrying() -
     values = samples(schedule_registry(app))
     assert values == {("redbeat_schedule_up", ()): 0.0}
     # the scheduler's retry policy would have kept the scrape for its 10 s retry period
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 9  # not the 10-s retry period

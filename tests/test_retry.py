@@ -72,6 +72,7 @@ def test_a_short_retry_period_is_kept(caplog):
     with pytest.raises(redis.exceptions.ConnectionError):
         RetryPolicy(retry_period=1.0).call(refused)
     took = time.monotonic() - started
-    assert 1.0 <= took < 4.0, took
+    # kept: not the default 10-s period (the upper bound leaves a loaded machine room)
+    assert 1.0 <= took < 9.0, took
     waits = [b - a for a, b in zip(attempts, attempts[1:])]
     assert len(attempts) >= 4 and waits[0] >= 0.05 and waits[1] >= 0.1, waits
