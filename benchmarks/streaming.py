@@ -71,26 +71,35 @@ def run(args: list[str], out: Path) -> tuple[float, float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="100000,1000000")
+    parser.add_argument("--commands", default="export,import,list,list --json",
+                        help="which commands to run (export comes first: import reads it)")
     args = parser.parse_args()
+    wanted = args.commands.split(",")
     rows = []
     with RedisServer() as server, tempfile.TemporaryDirectory() as scratch:
         for size in (int(text) for text in args.sizes.split(",")):
             fill(server, size)
             export = Path(scratch) / "export.json"
             url = ["--url", server.url]
-            figures = {
-                "export": run([*url, "export"], export),
-                "import": run([*url, "--prefix", "copy:", "import", str(export), "--quiet"],
-                              Path(scratch) / "import.txt"),
-                "list": run([*url, "list"], Path(scratch) / "list.txt"),
-                "list --json": run([*url, "list", "--json"], Path(scratch) / "list.json"),
+            commands = {
+                "export": ([*url, "export"], export),
+                "import": ([*url, "--prefix", "copy:", "import", str(export), "--quiet"],
+                           Path(scratch) / "import.txt"),
+                "list": ([*url, "list"], Path(scratch) / "list.txt"),
+                "list --json": ([*url, "list", "--json"], Path(scratch) / "list.json"),
             }
-            assert server.client().zcard("copy::schedule") == size
-            lines = (Path(scratch) / "list.txt").read_text().count("\n")
-            assert lines == size + 1, lines
+            figures = {}
+            for command in ["export", *(name for name in wanted if name != "export")]:
+                figures[command] = run(*commands[command])
+                print(f"{size:>9,}  {command:<12} {figures[command][0]:8.1f} s  "
+                      f"{figures[command][1]:7.0f} MB", flush=True)
+            if "import" in figures:
+                assert server.client().zcard("copy::schedule") == size
+            if "list" in figures:
+                lines = (Path(scratch) / "list.txt").read_text().count("\n")
+                assert lines == size + 1, lines
             for command, (seconds, rss, _) in figures.items():
                 rows.append((size, command, seconds, rss, export.stat().st_size))
-                print(f"{size:>9,}  {command:<12} {seconds:8.1f} s  {rss:7.0f} MB", flush=True)
     print("\n| entries | command | wall (s) | peak RSS (MB) |")
     print("| --- | --- | --- | --- |")
     for size, command, seconds, rss, _ in rows:
