@@ -94,7 +94,7 @@ def sigterm_exit_time(beat: CeleryProcess, limit: float = 60.0) -> float:
 
 def test_a_hung_broker_loses_no_slot_and_sends_none_twice(cluster, servers):
     nodes = [cluster.beat("beat0"), cluster.beat("beat1")]
-    wait_until(lambda: len(leaders(nodes)) == 1, 20, "one leader")
+    wait_until(lambda: len(leaders(nodes)) == 1, 120, "one leader")
     leader = leaders(nodes)[0]
     leader.wait_for("Sending due task every-second", count=2)
     frozen_at = time.time()
@@ -106,7 +106,7 @@ def test_a_hung_broker_loses_no_slot_and_sends_none_twice(cluster, servers):
     def through_thaw() -> bool:
         ids = cluster.queued_task_ids()
         return bool(ids) and max(int(i.split(":")[1]) for i in ids) >= thawed_at * 1000 + 1000
-    wait_until(through_thaw, 10, "the slots due after the thaw")
+    wait_until(through_thaw, 60, "the slots due after the thaw")
 
     ids = cluster.queued_task_ids()
     counts = Counter(ids)
@@ -153,7 +153,7 @@ def test_a_send_the_tick_gave_up_on_is_confirmed_when_it_ends_and_not_sent_again
             assert time.monotonic() - started < 8.0
             assert client.hlen(pending) == 1  # the slot stays pending, nothing lost
         gate.set()
-        wait_until(lambda: client.hlen(pending) == 0, 5, "the late send's confirmation")
+        wait_until(lambda: client.hlen(pending) == 0, 60, "the late send's confirmation")
         scheduler.tick()
         assert len(sent) == 1
     finally:

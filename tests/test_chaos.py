@@ -47,7 +47,7 @@ def test_chaos(tmp_path, redis_server):
         nodes = [cluster.beat(f"beat{i}") for i in range(3)]
         windows: list[tuple[float, float]] = []  # wall-clock spans with a disruption
         try:
-            wait_until(lambda: leader_of(nodes) is not None, 20, "a first leader")
+            wait_until(lambda: leader_of(nodes) is not None, 120, "a first leader")
             started = time.time()
             broker_down_done = False
             serial = 3

@@ -67,7 +67,7 @@ def test_a_tight_edit_loop_sends_each_slot_once_and_keeps_the_cadence(tmp_path, 
         cluster = Cluster(tmp_path, redis_server.url, broker.url, redbeat_lock_timeout=3)
         nodes = [cluster.beat("beat0"), cluster.beat("beat1")]
         try:
-            wait_until(lambda: sum("Leading as" in n.log() for n in nodes) == 1, 20, "a leader")
+            wait_until(lambda: sum("Leading as" in n.log() for n in nodes) == 1, 120, "a leader")
             leader = next(n for n in nodes if "Leading as" in n.log())
             leader.wait_for("Sending due task edited", count=2)
             saves, began, ended = edit_in_a_loop(make_app(redis_server.url), EDIT_SECONDS)

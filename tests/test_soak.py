@@ -303,7 +303,7 @@ def run_soak(tmp_path, redis_url: str, broker: RedisServer):
         writer.do_create()
     chaos = Chaos(cluster, client, random.Random(rng.randrange(2**32)), broker)
     try:
-        wait_until(lambda: chaos.leader() is not None, 20, "a first leader")
+        wait_until(lambda: chaos.leader() is not None, 120, "a first leader")
         # no node led before the first came up (several seconds when three beats start on
         # a loaded machine): those slots are one catch-up run, as after any disruption
         chaos.leaderless.append((created, time.time(), "start"))
