@@ -271,3 +271,17 @@ def test_web_on_a_port_in_use_is_one_line_and_exit_1(redis_server):
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         f"error: cannot listen on 127.0.0.1:{port}: Address already in use"]
+
+
+@pytest.mark.redis_server
+def test_an_import_file_that_cannot_be_read_or_parsed_is_one_line_and_exit_5(redis_server,
+                                                                             tmp_path):
+    (tmp_path / "bad.txt").write_text("not json at all: [\n")
+    runner = CliRunner()
+    for name, message in (("missing.json", "error: cannot read "),
+                          ("bad.txt", "is neither JSON nor YAML: ")):
+        result = runner.invoke(main, ["--url", redis_server.url, "import",
+                                      str(tmp_path / name)])
+        assert result.exit_code == 5, result.output
+        (line,) = result.output.splitlines()  # a parser's message joined onto one line
+        assert line.startswith("error: ") and message in line, line

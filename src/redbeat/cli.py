@@ -242,7 +242,9 @@ def auth_message(exc: BaseException) -> str:
 
 
 def fail(message: str, code: int) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
+    """One line on standard error, and the exit code: a message that spans lines (a
+    YAML parser's, a server's) is joined onto one."""
+    click.echo("error: " + " ".join(message.split()), err=True)
     sys.exit(code)
 
 
@@ -1114,7 +1116,11 @@ def _import_source(source: str) -> Iterator[IO[str]]:
     """SOURCE as a file that can be read twice (the import is planned, then written):
     standard input is spooled to a temporary file (on disk past 8 MB)."""
     if source != "-":
-        with open(source, encoding="utf-8") as stream:
+        try:
+            stream = open(source, encoding="utf-8")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise ValueError(f"cannot read {source}: {exc.strerror or exc}") from None
+        with stream:
             yield stream
         return
     with tempfile.SpooledTemporaryFile(max_size=8 << 20, mode="w+",
