@@ -285,3 +285,10 @@ def test_an_import_file_that_cannot_be_read_or_parsed_is_one_line_and_exit_5(red
         assert result.exit_code == 5, result.output
         (line,) = result.output.splitlines()  # a parser's message joined onto one line
         assert line.startswith("error: ") and message in line, line
+
+
+def test_web_on_a_port_out_of_range_is_bad_usage():
+    """redbeat web --port 99999 served on 34463 (the port modulo 65536) without a word."""
+    result = CliRunner().invoke(main, ["--url", "redis://127.0.0.1:1/0", "web", "--port",
+                                       "99999"])
+    assert result.exit_code == 2 and "99999 is not in the range 1<=x<=65535" in result.output

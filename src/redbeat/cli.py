@@ -1364,7 +1364,8 @@ def check_command(ctx: click.Context, host: str | None, pid: int | None,
 @main.command("web")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on; one other machines can reach needs credentials.")
-@click.option("--port", type=int, default=8080, show_default=True, help="Port to listen on.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True,
+              help="Port to listen on.")
 @click.option("--token", envvar="REDBEAT_WEB_TOKEN", default=None,
               help="Bearer token (also the password of HTTP basic auth); default: the "
                    "redbeat_web_token setting.")
