@@ -1,8 +1,9 @@
 """Changing entries from the command line: statics guarded, fields edited in place, task
 names checked against the app, listings paged, imports summarised, `show` readable.
 
-The CLI cases run the real command (`python -m redbeat`, `celery -A proj redbeat`) in a
-subprocess against the suite's own redis-server.
+The standalone cases run the command in this process (click's runner); the `celery -A proj
+redbeat` cases run the real command in a subprocess (the app is the point there), against
+the suite's own redis-server.
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ BACK = "a beat next takes the lead or restarts"
 
 
 def redbeat(url: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "redbeat", "--url", url, *args],
-                          capture_output=True, text=True, timeout=60, input=stdin)
+    """``redbeat --url URL ...`` in this process (click's runner: its exit code, stdout
+    and stderr apart); one process per command cost seconds each on a loaded machine."""
+    argv = ["--url", url, *args]
+    result = CliRunner().invoke(main, argv, input=stdin, catch_exceptions=False)
+    return subprocess.CompletedProcess(argv, result.exit_code, result.stdout, result.stderr)
 
 
 def celery_redbeat(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
