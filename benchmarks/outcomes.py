@@ -164,7 +164,7 @@ def one_tick(url: str, broker: str, due: int, variant: str) -> dict[str, float]:
     scheduler.tick()  # takes the lock
     with counted() as figures:
         scheduler.tick()
-    sent = client.hlen("redbeat::pending")  # confirmed ones are gone: 0 when all went out
+    sent = client.zcard("redbeat::pending")  # confirmed ones are gone: 0 when all went out
     figures["left_pending"] = sent
     scheduler.close()
     client.close()

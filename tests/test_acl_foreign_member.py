@@ -61,7 +61,7 @@ def test_foreign_and_internal_members_are_removed_untouched_under_an_acl_user(ca
         ttls = {key: admin.ttl(key) for key in before}
         counts = {name: RedBeatSchedulerEntry.from_key(f"redbeat:{name}", app=app).total_run_count
                   for name in GOOD}
-        pending = admin.hlen("redbeat::pending")
+        pending = admin.zcard("redbeat::pending")
 
     log = caplog.text
     sent = Counter(task_id.rsplit(":", 1)[0] for task_id in set(scheduler.task_ids))

@@ -63,7 +63,7 @@ class Outcome:
         self.claimed = {fields["task_id"] for _, fields in history
                         if fields["key"] == "redbeat:every-second"}
         # still held when beat stopped: the next leader sends them, nothing is lost
-        self.held = set(schedule.client().hkeys("redbeat::pending"))
+        self.held = set(schedule.client().zrange("redbeat::pending", 0, -1))
         self.counts = Counter(received)
         self.lost = sorted(self.claimed - set(self.counts) - self.held)
         self.twice = {task_id: n for task_id, n in self.counts.items() if n > 1}

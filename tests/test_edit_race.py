@@ -79,7 +79,7 @@ def test_a_tight_edit_loop_sends_each_slot_once_and_keeps_the_cadence(tmp_path, 
         messages = broker_messages(broker.url)
     logs = "".join(n.log() for n in nodes)
     client = get_redis(app)
-    pending = client.hkeys("redbeat::pending")  # claimed, publish cut short by SIGTERM
+    pending = client.zrange("redbeat::pending", 0, -1)  # claimed, publish cut short by SIGTERM
     slots = slots_by_entry(messages)
     edited = [m for m in messages if m.name == "edited"]
     in_window = [d for d in slots["edited"] if began * 1000 <= d <= ended * 1000]

@@ -257,7 +257,7 @@ def test_send_task_patched_on_an_instance(app, published):
     assert [(args[0], kwargs["task_id"]) for args, kwargs in calls] == \
         [("tasks.x", slot_id("e", last))]
     assert published == []
-    assert get_redis(app).hlen(app.redbeat_conf.keys.pending) == 0  # confirmed
+    assert get_redis(app).zcard(app.redbeat_conf.keys.pending) == 0  # confirmed
 
 
 @pytest.mark.parametrize("base", [RedBeatScheduler, PassThroughIsDue], ids=["batched", "per-entry"])

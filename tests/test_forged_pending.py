@@ -13,11 +13,10 @@ import pytest
 from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from support.broker_audit import broker_messages
+from support.held import forge_record, held_definitions, held_ids, held_records, nothing_held
 from support.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis_server
-
-PENDING, HELD = "redbeat::pending", "redbeat::held-definitions"
 
 
 @pytest.mark.parametrize("forged", [
@@ -39,13 +38,13 @@ def test_a_forged_record_naming_a_held_definition_does_not_lose_the_real_slot(
             broker.stop()
             scheduler.tick()
             scheduler.tick()  # claims the slot; the broker is down, so it is held
-            (real_id, record), = client.hgetall(PENDING).items()
+            (real_id, record), = held_records(client).items()
             sha = json.loads(record)["definition_sha1"]
-            client.hset(PENDING, "forged:1", forged(sha))
+            forge_record(client, "forged:1", forged(sha))
             for _ in range(3):
                 scheduler.tick()  # the forged record is dropped or tried; the real one waits
-            assert real_id in client.hkeys(PENDING)
-            assert client.hexists(HELD, sha)  # the real slot's definition is still there
+            assert real_id in held_ids(client)
+            assert held_definitions(client)[sha][0]  # the real slot's definition is still there
             broker.start()
             for _ in range(3):
                 scheduler.tick()
@@ -53,5 +52,4 @@ def test_a_forged_record_naming_a_held_definition_does_not_lose_the_real_slot(
         finally:
             scheduler.close()
     assert sent.count(real_id) == 1, sent
-    assert client.hlen(PENDING) == 0
-    assert client.exists(HELD) == 0  # nothing left held once nothing is pending
+    assert nothing_held(client)  # nothing left held once nothing is pending

@@ -18,13 +18,22 @@ from celery import Celery
 
 from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry, manage
-from redbeat.schedulers import get_redis
 from redbeat.runtime import store_for
+from redbeat.schedulers import get_redis
 from redbeat.store import definition_sha1
+from support.held import (
+    PENDING,
+    forge_record,
+    held_count,
+    held_definitions,
+    held_ids,
+    held_keys,
+    held_records,
+    held_refs,
+    nothing_held,
+)
 from support.recording import T0, Clock, Recording, at
 from support.redis_server import RedisServer
-
-PENDING, HELD = "redbeat::pending", "redbeat::held-definitions"
 
 
 def slot_id(name: str, offset: float) -> str:
@@ -40,10 +49,6 @@ def published(broker: RedisServer) -> list[tuple[str, list]]:
         args, _, _ = json.loads(base64.b64decode(message["body"]))
         messages.append((message["headers"]["id"], args))
     return messages
-
-
-def hstrlen_sum(client, key: str) -> int:
-    return sum(client.hstrlen(key, name) for name in client.hkeys(key))
 
 
 @contextmanager
@@ -81,15 +86,17 @@ def test_a_large_entry_held_for_many_slots_stores_one_copy_of_its_definition(red
         clock.now = T0 - 1
         scheduler.tick()  # takes the lock
         tick_each_second(scheduler, clock, 0, 20)
-        held = client.hlen(PENDING)
-        pending_bytes, held_bytes = hstrlen_sum(client, PENDING), hstrlen_sum(client, HELD)
-        memory = client.memory_usage(PENDING) + client.memory_usage(HELD)
+        held = held_count(client)
+        records = held_records(client)
+        pending_bytes = sum(len(message) for message in records.values())
+        held_bytes = sum(len(text) for text, _ in held_definitions(client).values())
+        memory = sum(client.memory_usage(key) for key in held_keys(client))
         # what the same records cost in the older format, one definition copy in each
         old = {task_id: json.dumps({**json.loads(message), "definition": definition})
-               for task_id, message in client.hgetall(PENDING).items()}
+               for task_id, message in records.items()}
         client.hset("other:pending", mapping=old)
-        old_bytes, old_memory = hstrlen_sum(client, "other:pending"), \
-            client.memory_usage("other:pending")
+        old_bytes = sum(len(message) for message in old.values())
+        old_memory = client.memory_usage("other:pending")
         client.delete("other:pending")
         print(f"\n{held} held slots of a {len(definition)}-byte definition: pending records "
               f"{pending_bytes} B + held definitions {held_bytes} B (MEMORY USAGE "
@@ -99,14 +106,14 @@ def test_a_large_entry_held_for_many_slots_stores_one_copy_of_its_definition(red
         assert pending_bytes < 10_000  # about 200 bytes a record
         assert len(definition) <= held_bytes < len(definition) + 1000  # one copy
         assert memory < 1.2 * len(definition) < old_memory / 15
-        assert client.hget(HELD, f"{definition_sha1(definition)}:refs") == "20"
+        assert held_refs(client, definition_sha1(definition)) == 20
 
         broker.start()
         scheduler.tick()  # at T0 + 19: no grace configured, every held slot is sent
         sent = published(broker)
         assert [task_id for task_id, _ in sent] == [slot_id("big", s) for s in range(20)]
         assert all(args == [big] for _, args in sent)
-        assert client.hlen(PENDING) == 0 and not client.exists(HELD)  # released
+        assert nothing_held(client)  # released
         scheduler.close()
 
 
@@ -128,7 +135,7 @@ def test_held_slots_past_the_grace_are_dropped_and_counted_others_resent_in_due_
         tick_each_second(scheduler, clock, 0, 10)
         # past their grace, slots are dropped even while the broker is down: strict's
         # 0..6 and default's 0 and 3, so only what may still be sent stays held
-        assert sorted(client.hkeys(PENDING)) == sorted(
+        assert sorted(held_ids(client)) == sorted(
             [slot_id("strict", s) for s in (7, 8, 9)] +
             [slot_id("lenient", s) for s in (0, 2, 4, 6, 8)] +
             [slot_id("default", s) for s in (6, 9)])
@@ -145,7 +152,7 @@ def test_held_slots_past_the_grace_are_dropped_and_counted_others_resent_in_due_
         assert sorted(sent[len(held):]) == [slot_id("lenient", 10), slot_id("strict", 10)]
         dues = [int(task_id.rsplit(":", 1)[1]) for task_id in sent]
         assert dues == sorted(dues)
-        assert client.hlen(PENDING) == 0 and not client.exists(HELD)
+        assert nothing_held(client)
 
         dropped = [r.getMessage() for r in caplog.records if "Dropping held slot" in r.getMessage()]
         assert dropped == [f"beat: Dropping held slot {slot_id('strict', 7)}: 3.000 s late, "
@@ -172,16 +179,16 @@ def test_an_old_format_pending_record_is_still_resent(redis_server):
         definition = client.hget(entry.key, "definition")
         record = {"key": entry.key, "definition": definition, "due": T0, "claimed_at": T0,
                   "node": "old-leader:1", "reason": "scheduled"}
-        client.hset(PENDING, slot_id("legacy", 0), json.dumps(record))
+        forge_record(client, slot_id("legacy", 0), json.dumps(record))
         too_late = {**record, "due": T0 - 3600}
-        client.hset(PENDING, slot_id("legacy", -3600), json.dumps(too_late))
+        forge_record(client, slot_id("legacy", -3600), json.dumps(too_late))
         RedBeatSchedulerEntry("legacy", "tasks.legacy", 3600.0, args=["edited"],
                               app=app).save()  # the record still holds what was claimed
         scheduler = scheduler_for(app, clock)
         scheduler.tick()  # takes the lock
         scheduler.tick()
         assert published(broker) == [(slot_id("legacy", 0), ["as claimed"])]
-        assert client.hlen(PENDING) == 0 and not client.exists(HELD)
+        assert nothing_held(client)
         assert json.loads(client.hget(entry.key, "misfires"))["skipped"] == 1  # grace too
         scheduler.close()
 
@@ -201,7 +208,7 @@ def test_held_slots_of_an_entry_edited_or_deleted_meanwhile_are_resent_as_claime
         scheduler.tick()  # takes the lock
         clock.now = T0
         scheduler.tick()  # claims both slots; the broker is down, so both are held
-        assert client.hlen(PENDING) == 2
+        assert held_count(client) == 2
         RedBeatSchedulerEntry("edited", "tasks.edited", 10.0, args=["new"], app=app).save()
         manage.delete_entry(app, "deleted")
 
@@ -211,7 +218,7 @@ def test_held_slots_of_an_entry_edited_or_deleted_meanwhile_are_resent_as_claime
         assert sorted(published(broker)) == [(slot_id("deleted", 0), ["gone"]),
                                              (slot_id("edited", 0), ["old"])]
         assert not client.exists("redbeat:deleted")  # not re-created by the re-send
-        assert client.hlen(PENDING) == 0 and not client.exists(HELD)
+        assert nothing_held(client)
         clock.now = T0 + 10
         scheduler.tick()  # the next slot is claimed from the edited definition
         assert published(broker)[-1] == (slot_id("edited", 10), ["new"])
@@ -226,11 +233,11 @@ def test_a_late_held_slot_of_a_deleted_entry_is_dropped_without_recreating_it(re
     scheduler.tick()
     scheduler.tick()
     client = get_redis(app)
-    assert client.hlen(PENDING) == 1
+    assert held_count(client) == 1
     manage.delete_entry(app, "deleted")
     clock.now = T0 + 5
     scheduler.tick()
-    assert client.hlen(PENDING) == 0 and not client.exists(HELD)
+    assert nothing_held(client)
     assert not client.exists("redbeat:deleted")
 
 
@@ -262,17 +269,18 @@ def test_each_distinct_definition_is_held_once_and_released_with_its_last_record
         clock.now = T0 + second
         scheduler.tick()
     one, two = definition_sha1(v1), definition_sha1(v2)
-    assert client.hgetall(HELD) == {one: v1, f"{one}:refs": "2", two: v2, f"{two}:refs": "2"}
+    assert held_definitions(client) == {one: (v1, 2), two: (v2, 2)}
     scheduler.store.confirm([slot_id("job", 0), slot_id("job", 1)])
-    assert client.hgetall(HELD) == {two: v2, f"{two}:refs": "2"}
+    assert held_definitions(client) == {two: (v2, 2)}
     scheduler.store.confirm([slot_id("job", 2)])
-    assert client.hgetall(HELD) == {two: v2, f"{two}:refs": "1"}
-    # a record removed by hand leaves its reference counted; the hash goes anyway with
-    # the next confirmation that leaves no record
-    client.hdel(PENDING, slot_id("job", 3))
-    assert client.hlen(HELD) == 2
+    assert held_definitions(client) == {two: (v2, 1)}
+    # a record removed by hand leaves its reference counted; the definitions go anyway
+    # with the next confirmation that leaves no record
+    client.zrem(PENDING, slot_id("job", 3))
+    client.delete(f"{PENDING}:{slot_id('job', 3)}")
+    assert held_definitions(client) == {two: (v2, 1)}
     scheduler.store.confirm([slot_id("job", 4)])
-    assert not client.exists(HELD)
+    assert nothing_held(client)
 
 
 def test_a_held_definition_removed_by_hand_drops_its_record_with_a_log_line(app, caplog):
@@ -282,14 +290,15 @@ def test_a_held_definition_removed_by_hand_drops_its_record_with_a_log_line(app,
     scheduler.tick()
     scheduler.tick()
     client = get_redis(app)
-    client.delete(HELD)
+    for sha in held_definitions(client):
+        client.delete(f"redbeat::held-definitions:{sha}")  # the text, by hand
     scheduler.down = False
     with caplog.at_level(logging.ERROR):
         scheduler.tick()
     assert scheduler.sent == []
     assert "Dropping unreadable pending slot job:" in caplog.text
     assert "held definition" in caplog.text
-    assert client.hlen(PENDING) == 0
+    assert held_count(client) == 0
 
 
 @pytest.mark.parametrize("delivery", ["at-least-once", "at-most-once"])
@@ -301,15 +310,15 @@ def test_run_now_is_held_like_a_claimed_slot_and_sent_once(redis_server, deliver
     definition = client.hget("redbeat:job", "definition")
     task_id = manage.run_now(app, "job")
     sha = definition_sha1(definition)
-    assert json.loads(client.hget(PENDING, task_id))["definition_sha1"] == sha
-    assert client.hgetall(HELD) == {sha: definition, f"{sha}:refs": "1"}
+    assert json.loads(held_records(client)[task_id])["definition_sha1"] == sha
+    assert held_definitions(client) == {sha: (definition, 1)}
     scheduler = Recording(app, clock=clock)
     scheduler.tick()  # takes the lock
     clock.now = T0 + 3 * 24 * 3600  # run-now is never too late: it was asked for
     scheduler.tick()
     scheduler.tick()
     assert [sent for sent in scheduler.sent if sent[1] == task_id] == [("job", task_id)]
-    assert client.hlen(PENDING) == 0 and not client.exists(HELD)
+    assert nothing_held(client)
 
 
 def test_the_held_definitions_key_is_reserved(app):
@@ -327,7 +336,7 @@ def test_a_slot_claimed_again_under_a_pending_id_keeps_one_record_and_one_refere
     scheduler.tick()
     scheduler.tick()
     client = get_redis(app)
-    first = client.hget(PENDING, slot_id("job", 0))
+    first = held_records(client)[slot_id("job", 0)]
     client.hset(entry.key, "meta", json.dumps({"last_run_at": {
         "__type__": "datetime", "year": 2026, "month": 11, "day": 23, "hour": 11,
         "minute": 59, "second": 50, "microsecond": 0, "timezone": "UTC"},
@@ -335,9 +344,9 @@ def test_a_slot_claimed_again_under_a_pending_id_keeps_one_record_and_one_refere
     client.zadd("redbeat::schedule", {entry.key: T0})
     clock.now = T0 + 1
     scheduler.tick()
-    assert client.hgetall(PENDING) == {slot_id("job", 0): first}
+    assert held_records(client) == {slot_id("job", 0): first}
     sha = definition_sha1(client.hget(entry.key, "definition"))
-    assert client.hget(HELD, f"{sha}:refs") == "1"
+    assert held_refs(client, sha) == 1
 
 
 def test_ordering_and_format_helpers_agree_with_utc_isoformat():
@@ -364,12 +373,12 @@ def test_a_pending_record_is_read_by_its_structure_whatever_its_spacing(app, sep
     store = store_for(app)
     assert store.hold("job:run", record, definition)
     assert store.hold("job:other", record, definition)
-    assert client.hget(HELD, f"{sha}:refs") == "2"
+    assert held_refs(client, sha) == 2
     store.confirm(["job:other"])  # confirm.lua finds the definition the record names
-    assert client.hgetall(HELD) == {sha: definition, f"{sha}:refs": "1"}
+    assert held_definitions(client) == {sha: (definition, 1)}
     scheduler = Recording(app, clock=clock)
     scheduler.tick()  # takes the lock
     scheduler.tick()
     assert scheduler.sent == [("job", "job:run")]
     assert scheduler.messages[0].args == [1]
-    assert client.hlen(PENDING) == 0 and not client.exists(HELD)
+    assert nothing_held(client)

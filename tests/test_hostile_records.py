@@ -15,6 +15,7 @@ from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
 from redbeat.manage import import_entries
 from redbeat.schedulers import get_redis
+from support.held import forge_record, nothing_held
 from support.recording import Recording
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc).timestamp()
@@ -99,10 +100,10 @@ def test_an_unreadable_pending_record_is_dropped_and_the_others_run(app, record)
     now = [T0]
     save(app, "good")
     scheduler = leading(app, now)
-    get_redis(app).hset("redbeat::pending", "poison:1", record)
+    forge_record(get_redis(app), "poison:1", record)
     scheduler.tick()
     assert [name for name, _ in scheduler.sent] == ["good"]
-    assert get_redis(app).hlen("redbeat::pending") == 0
+    assert nothing_held(get_redis(app))
     assert scheduler.leading
 
 
@@ -337,7 +338,7 @@ def test_a_failure_is_recorded_over_a_count_another_client_wrote(app, count):
     assert failures is not None and failures.count == 1
 
 
-@pytest.mark.parametrize(("suffix", "kind"), [("nodes", "zset"), ("pending", "hash"),
+@pytest.mark.parametrize(("suffix", "kind"), [("nodes", "zset"), ("pending", "zset"),
                                               ("statics", "set")])
 def test_another_type_at_an_internal_key_is_named_by_beat_the_cli_and_the_web(
         app, caplog, suffix, kind):

@@ -14,6 +14,7 @@ from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.entry import meta_json
 from redbeat.schedulers import get_redis
 from support.counting import counting_client
+from support.held import held_definitions, held_records
 from support.recording import T0, Clock, Recording, at, leader
 
 
@@ -35,7 +36,7 @@ def test_due_interval_is_sent_with_its_slot_id_and_rescheduled(app):
     stored = RedBeatSchedulerEntry.from_key(entry.key, app=app)
     assert stored.last_run_at == at(0) and stored.total_run_count == 1
     assert get_redis(app).zscore(app.redbeat_conf.schedule_key, entry.key) == T0 + 10
-    assert get_redis(app).hlen(app.redbeat_conf.keys.pending) == 0  # confirmed
+    assert get_redis(app).zcard(app.redbeat_conf.keys.pending) == 0  # confirmed
 
 
 def test_not_due_is_not_sent_and_sleep_is_until_due(app):
@@ -334,7 +335,7 @@ def test_slow_publishing_keeps_the_lock_alive(redis_server):
     assert scheduler.monotonic.now == 1006.0
     assert sorted(task_id for _, task_id in scheduler.sent) == sorted(
         {task_id for _, task_id in scheduler.sent}) and len(scheduler.sent) == 6
-    assert get_redis(app).hlen(app.redbeat_conf.keys.pending) == 0
+    assert get_redis(app).zcard(app.redbeat_conf.keys.pending) == 0
     assert get_redis(app).get(app.redbeat_conf.lock_key) == scheduler.lock.token
     scheduler.close()
 
@@ -355,7 +356,7 @@ def test_lock_lost_while_publishing_stops_and_confirms_what_was_sent(redis_serve
     scheduler.tick()  # takes the lock
     scheduler.tick()  # sends two, finds the lock taken when it renews before the third
     assert len(scheduler.sent) == 2 and not scheduler.leading
-    pending = client.hkeys(app.redbeat_conf.keys.pending)
+    pending = client.zrange(app.redbeat_conf.keys.pending, 0, -1)
     assert len(pending) == 2 and not set(pending) & {tid for _, tid in scheduler.sent}
     scheduler.close()
 
@@ -391,12 +392,12 @@ def test_broker_outage_keeps_the_slot_pending_and_resends_it_with_the_same_id(re
         broker.stop()
         scheduler.tick()
         scheduler.tick()
-        pending = get_redis(app).hkeys(app.redbeat_conf.keys.pending)
+        pending = get_redis(app).zrange(app.redbeat_conf.keys.pending, 0, -1)
         assert len(pending) == 2
         broker.start()
         scheduler.tick()
         assert sorted(broker_task_ids(broker)) == sorted(pending)
-        assert get_redis(app).hlen(app.redbeat_conf.keys.pending) == 0
+        assert get_redis(app).zcard(app.redbeat_conf.keys.pending) == 0
         scheduler.close()
 
 
@@ -414,7 +415,7 @@ def test_a_message_celery_refuses_is_dropped_and_does_not_block_others(redis_ser
         ids = broker_task_ids(broker)
         assert [task_id.split(":")[0] for task_id in ids] == ["good"]
         assert "cannot be published" in caplog.text
-        assert get_redis(app).hlen(app.redbeat_conf.keys.pending) == 0
+        assert get_redis(app).zcard(app.redbeat_conf.keys.pending) == 0
         scheduler.close()
 
 
@@ -486,7 +487,7 @@ def test_a_pending_message_holds_the_claimed_definition_byte_for_byte(app):
     scheduler = BrokerDown(app, clock=Clock())
     scheduler.tick()
     scheduler.tick()
-    pending = get_redis(app).hgetall(app.redbeat_conf.keys.pending)
+    pending = held_records(get_redis(app))
     task_id = f"{entry.name}:{round(T0 * 1000)}"
     assert list(pending) == [task_id]
     message = json.loads(pending[task_id])
@@ -496,9 +497,9 @@ def test_a_pending_message_holds_the_claimed_definition_byte_for_byte(app):
                        "due": T0, "claimed_at": T0, "node": scheduler.node_id,
                        "reason": "scheduled"}
     # the definition is held once, byte for byte, under the name the message gives it
-    held = get_redis(app).hgetall(app.redbeat_conf.keys.held_definitions)
-    assert held == {sha: definition, f"{sha}:refs": "1"}
-    resent = read_pending(app, pending[task_id], RedBeatSchedulerEntry, held=held)
+    assert held_definitions(get_redis(app)) == {sha: (definition, 1)}
+    resent = read_pending(app, pending[task_id], RedBeatSchedulerEntry,
+                          held={sha: definition})
     assert resent.entry.args == entry.args and resent.due == at(0)
     # the Python producer (run-now's) writes the same message for the same slot
     python_made = pending_message(Row(entry.key, T0, definition, None),

@@ -40,6 +40,7 @@ from support.broker_audit import (
     repeated_ids,
     slots_by_entry,
 )
+from support.held import forge_record, held_definitions, held_ids
 from support.processes import Cluster
 from support.redis_server import RedisServer
 from support.waiting import wait_until
@@ -51,8 +52,6 @@ DURATION = float(os.environ.get("REDBEAT_SOAK_SECONDS", "62"))
 LOCK_TIMEOUT = 3
 PREFIX = "redbeat:"
 SCHEDULE = "redbeat::schedule"
-PENDING = "redbeat::pending"
-HELD = "redbeat::held-definitions"
 BROKER_DOWN = 3.0
 INTERVALS = (1.0, 1.5, 2.0, 2.5, 3.0)
 MAX_LIVE = 10
@@ -204,14 +203,14 @@ class Writer(threading.Thread):
     def do_pending(self) -> None:
         key = PREFIX + (self.rng.choice(self.live()).name if self.live() else "v0")
         record = garbage_pending(self.rng, key)
-        self.client.hset(PENDING, f"junk:{self.serial}", record)
+        forge_record(self.client, f"junk:{self.serial}", record)
 
     def forge_held(self) -> int:
         """Records naming the held definitions of real held slots (never counted as
         references to them): dropping them must not release the real slots' copies."""
-        held = [sha for sha in self.client.hkeys(HELD) if not sha.endswith(":refs")]
+        held = list(held_definitions(self.client))
         for number, sha in enumerate(held):
-            self.client.hset(PENDING, f"forged:{number}", json.dumps({"definition_sha1": sha}))
+            forge_record(self.client, f"forged:{number}", json.dumps({"definition_sha1": sha}))
         self.forged = len(held)
         return self.forged
 
@@ -245,7 +244,7 @@ class Chaos:
 
     def broker_outage(self, meanwhile) -> None:
         """The broker down for a few seconds: what the leader claims meanwhile is held
-        (pending, its definition in the held hash) and sent when the broker is back."""
+        (pending, its definition held once) and sent when the broker is back."""
         begin = time.time()
         self.broker.stop()
         time.sleep(BROKER_DOWN / 2)
@@ -338,7 +337,7 @@ def test_soak(tmp_path, redis_server):
     text = "".join(logs.values())
     repeats = repeated_ids(messages)
     slots = slots_by_entry(messages)
-    pending = client.hkeys(PENDING)
+    pending = held_ids(client)
     unexcused = {t: n for t, n in repeats.items()
                  if n > 2 or not excused(int(t.rsplit(":", 1)[1]) / 1000, chaos.windows)}
     figures = {v.name: cadence(v, slots.get(v.name, []), chaos.leaderless, until)

@@ -316,11 +316,12 @@ class Dispatcher:
 
     def resend_held(self, fetch: Fetch, now: datetime, entry_class: type[Any], path: str,
                     wait: float) -> tuple[list[str], list[Misfire]]:
-        """Publish this batch of held slots, oldest due first: the hash returns them in
-        no order, and a backlog released after a broker outage must reach the workers in
-        the order it was due. A slot past its misfire grace is dropped instead (one log
-        line; counted in its entry's misfires by confirm.lua), also while the broker is
-        down, so an outage does not pile up slots that will never be sent.
+        """Publish this batch of held slots, oldest due first by each record's own due
+        time (the index the batch is read from may be written by hand): a backlog
+        released after a broker outage must reach the workers in the order it was due.
+        A slot past its misfire grace is dropped instead (one log line; counted in its
+        entry's misfires by confirm.lua), also while the broker is down, so an outage
+        does not pile up slots that will never be sent.
 
         Returns the task ids done with (sent or dropped) and the misfires to count."""
         done: list[str] = []

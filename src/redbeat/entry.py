@@ -293,7 +293,7 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         label); validated as save validates."""
         if not self.name:
             raise ValueError("entry name is empty")
-        if self.key in self.config.keys.internal:
+        if self.config.keys.is_internal(self.key):
             raise ValueError(f"entry name {self.name!r} is reserved: its key {self.key!r} is "
                              "one of redbeat's own keys")
         meta = meta_json(self.last_run_at)

@@ -56,15 +56,19 @@ class KeyLayout:
 
     @property
     def pending(self) -> str:
-        """Hash of claimed slots whose publish is not yet confirmed (task id -> message)."""
+        """Sorted set of the task ids of claimed slots whose publish is not yet
+        confirmed, scored by due time; each record (JSON) is the string
+        ``<pending>:<task id>`` (lua/prelude.lua). No hash: code that lists the
+        prefix's hashes as entries, as code written for 2.4.2 does, meets only entries."""
         return f"{self.prefix}:pending"
 
     @property
     def held_definitions(self) -> str:
-        """Hash of the definitions pending slots were claimed from, one copy per distinct
-        text: ``<sha1 of the text>`` -> text, and ``<sha1>:refs`` -> how many pending
-        records name it. A slot held through a broker outage names its definition instead
-        of copying it, so a large entry held for many slots costs Redis one copy."""
+        """Sorted set of the definitions pending slots were claimed from, one per distinct
+        text: member = sha1 of the text, score = how many pending records name it; the
+        text is the string ``<held_definitions>:<sha1>``. A slot held through a broker
+        outage names its definition instead of copying it, so a large entry held for
+        many slots costs Redis one copy."""
         return f"{self.prefix}:held-definitions"
 
     @property
@@ -156,19 +160,30 @@ class KeyLayout:
     def types(self) -> dict[str, str]:
         """The Redis type each internal key holds (what TYPE answers). Another type at
         one of them (another client's SET) makes every script that touches it fail."""
-        return {self.schedule: "zset", self.statics: "set", self.pending: "hash",
-                self.held_definitions: "hash", self.nodes: "zset", self.lock: "string",
+        return {self.schedule: "zset", self.statics: "set", self.pending: "zset",
+                self.held_definitions: "zset", self.nodes: "zset", self.lock: "string",
                 self.failing: "zset", self.view_by_name: "zset",
                 self.view_by_last_run: "zset", self.view_by_last_run_building: "zset",
                 self.view_timeline: "string", self.history: "stream",
                 self.outcomes: "stream", self.failing_runs: "zset",
                 self.paused: "string"}
 
+    def is_internal(self, key: str) -> bool:
+        """Whether ``key`` is one of the package's own keys: an internal key, or a held
+        slot's record or definition text (``<pending>:<task id>``,
+        ``<held_definitions>:<sha1>``)."""
+        return key in self.internal or key.startswith(self._held_namespaces)
+
+    @cached_property
+    def _held_namespaces(self) -> tuple[str, str]:
+        return f"{self.pending}:", f"{self.held_definitions}:"
+
     def is_entry_key(self, key: str) -> bool:
         """Whether ``key`` can hold an entry of this schedule: under the prefix and not
-        one of the internal keys. A schedule member that fails this is never written to
-        (it may be another application's data, or out of an ACL user's reach)."""
-        return key.startswith(self.prefix) and key not in self.internal
+        one of the package's own keys. A schedule member that fails this is never
+        written to (it may be another application's data, or out of an ACL user's
+        reach)."""
+        return key.startswith(self.prefix) and not self.is_internal(key)
 
     def entry(self, name: str) -> str:
         return self.prefix + name

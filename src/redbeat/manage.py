@@ -3,7 +3,7 @@
 Nothing here runs in the tick. Listings page through the schedule in pipelines, so
 listing a million entries never asks Redis for everything at once. Changes go through
 ``RedBeatSchedulerEntry.save()`` (which records who changed the entry) or through the
-pending hash (run-now), so the leader applies them with its usual fencing.
+held slots (run-now), so the leader applies them with its usual fencing.
 """
 
 from __future__ import annotations
@@ -416,7 +416,7 @@ def run_now(app: Celery, name: str) -> str:
 
     The run is queued as a pending slot (id ``<name>:run-now:<ms>``), which the leader
     publishes and confirms like any claimed slot: held as commit.lua holds a claimed
-    slot (the record names the definition, kept once in the held definitions hash), so
+    slot (the record names the definition, kept once among the held definitions), so
     confirming it releases the definition the same way. Returns the task id."""
     store = store_for(app)
     info = _read_entry(app, name)
@@ -497,7 +497,7 @@ def _import_key(record: Any, keys: KeyLayout) -> tuple[str, str]:
                          f"{str(record)[:80]!r}")
     name = str(record["name"])
     key = keys.entry(name)
-    if key in keys.internal:
+    if keys.is_internal(key):
         raise ValueError(f"entry name {name!r} is reserved: its key {key!r} is one of "
                          "redbeat's own keys")
     return name, key

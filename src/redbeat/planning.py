@@ -392,7 +392,7 @@ def read_pending(
     """The entry to publish from a pending message, the slot's due time and why.
 
     The definition is the one the slot was claimed from: looked up in ``held`` (sha1 ->
-    text, from the held definitions hash) by the name the message gives it, or, in a
+    text, from the held definitions) by the name the message gives it, or, in a
     record written before definitions were held once, inside the message itself. A
     record whose held definition is gone (removed by hand) cannot be sent as claimed:
     KeyError, and the caller drops it like any unreadable record."""

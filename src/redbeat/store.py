@@ -256,7 +256,7 @@ class ScheduleStore:
             for name in ("tick", "commit", "confirm", "hold", "read_statics", "sync_statics",
                          "release", "extend", "sweep", "failure", "view_metas",
                          "count_quarantined", "view_match", "band_entries", "outcome",
-                         "save", "remove")
+                         "save", "remove", "held_sample")
         }
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Reply:
@@ -859,7 +859,8 @@ class ScheduleStore:
             pipe.zcount(keys.schedule, PARKED_SCORE, PARKED_SCORE),
             pipe.zcount(keys.schedule, 0, 0),
             pipe.eval(load_script("parked_sample"), 1, keys.schedule, sample),
-            pipe.hlen(keys.pending), pipe.zrange(keys.nodes, 0, -1, withscores=True),
+            pipe.eval(load_script("held_sample"), 1, keys.pending, 0),
+            pipe.zrange(keys.nodes, 0, -1, withscores=True),
             pipe.info("server"),
             pipe.config_get("maxmemory-policy"),  # an ACL may refuse these five: not fatal
             pipe.time(), pipe.info("memory"), pipe.info("stats"),
@@ -868,6 +869,7 @@ class ScheduleStore:
         _raise_error(holder, ttl, total, overdue, oldest, following, parked, waiting,
                      parked_sample, pending, nodes, paused)
         sampled = script_reply("parked_sample", parked_sample).payload
+        pending = int(script_reply("held_sample", pending).payload[0])
         reasons = list(zip(sampled[0::2], sampled[1::2], strict=True))
         return {"holder": holder, "ttl": ttl, "total": total, "overdue": overdue,
                 "oldest": oldest, "following": following, "parked": parked, "waiting": waiting,
@@ -1018,8 +1020,8 @@ class ScheduleStore:
                 return total
 
     def held_sample(self, limit: int) -> tuple[int, dict[str, str]]:
-        """How many slots are held, and up to about ``limit`` of them (task id ->
-        message), in one round trip: HSCAN's first page, never the whole hash."""
-        size, (_, sample) = self._pipelined(lambda pipe: (
-            pipe.hlen(self.keys.pending), pipe.hscan(self.keys.pending, 0, count=limit)))
-        return int(size), dict(list(sample.items())[:limit])
+        """How many slots are held, and up to ``limit`` of them, the oldest due first
+        (task id -> message; '' for a missing record), in one round trip
+        (held_sample.lua), never every record."""
+        size, *flat = self._run("held_sample", [self.keys.pending], [limit]).payload
+        return int(size), pairs(flat)

@@ -7,9 +7,10 @@
 --
 -- KEYS[1] - schedule sorted set
 -- KEYS[2] - lock key
--- KEYS[3] - pending hash
--- KEYS[4] - held definitions hash (sha1 of a definition -> its text, and
---           '<sha1>:refs' -> how many pending records name it)
+-- KEYS[3] - pending index (task id scored by due time; each record at
+--           <KEYS[3]>:<task id>, see the prelude)
+-- KEYS[4] - held definitions index (sha1 of a definition -> how many pending records
+--           name it; each text at <KEYS[4]>:<sha1>)
 -- KEYS[5] - history stream: one dispatch record per claimed slot (key, task_id,
 --           due_ms, node; the record's id is the claim time), trimmed to about ARGV[6]
 --           records in all
@@ -31,7 +32,7 @@
 --                'history:<i>' fields an older release kept in the hash (when it has
 --                'history:0'), record the slots as pending (each message names, by its
 --                sha1, the definition the slot was claimed from; the text itself is kept once in
---                the held definitions hash, counted per record, until the last record
+--                the held definitions, counted per record, until the last record
 --                naming it is confirmed), clear an earlier quarantine, set the score, and
 --                EXPIRE the hash when expire_seconds > 0 (a finished entry with a
 --                time-to-live). A slot whose task id is already pending keeps its first
@@ -59,12 +60,12 @@ end
 local message_tail = ', "claimed_at": ' .. ARGV[3] .. ', "node": ' .. cjson.encode(ARGV[4]) ..
   ', "reason": "scheduled"}'
 
--- Scores and pending slots are collected and written with one ZADD and one HSET (in
--- chunks, to stay below Lua's unpack limit): per-entry calls are most of this script's
--- cost when a thousand entries are due at once.
-local scores, pending = {}, {}
+-- Scores are collected and written with one ZADD (in chunks, to stay below Lua's unpack
+-- limit), and so are the held slots' index scores: per-entry calls are most of this
+-- script's cost when a thousand entries are due at once.
+local scores = {}
 -- the slots to hold: task ids, their messages, the sha1 of the definition each names
-local ids, messages, shas, texts = {}, {}, {}, {}
+local ids, messages, shas, dues, texts = {}, {}, {}, {}, {}
 
 local function write_fields(key, fields)
   if #fields > 0 then
@@ -134,6 +135,7 @@ for _, op in ipairs(cjson.decode(ARGV[5])) do
             ids[#ids + 1] = slots[s]
             messages[#messages + 1] = message_head .. slots[s + 1] .. message_tail
             shas[#shas + 1] = sha
+            dues[#dues + 1] = slots[s + 1]
           end
         end
         record_dispatches(key, records)
@@ -160,43 +162,38 @@ if recorded then
   redis.pcall('XTRIM', KEYS[5], 'MAXLEN', '~', history_length)
 end
 
--- Hold each new slot: its record, and one more reference to its definition (stored
--- once per distinct text, whatever the number of slots naming it).
-local refs, seen, named = {}, {}, {}
-for first = 1, #ids, CHUNK do
-  local last = math.min(first + CHUNK - 1, #ids)
-  local existing = redis.call('HMGET', KEYS[3], unpack(ids, first, last))
-  for i = first, last do
-    if not existing[i - first + 1] and not seen[ids[i]] then
-      seen[ids[i]] = true
-      pending[#pending + 1] = ids[i]
-      pending[#pending + 1] = messages[i]
-      if not refs[shas[i]] then
-        named[#named + 1] = shas[i]
-      end
-      refs[shas[i]] = (refs[shas[i]] or 0) + 1
+-- Hold each new slot: its record (SET NX: a task id already pending keeps its first
+-- record), its task id in the index scored by due time, and one more reference to its
+-- definition (stored once per distinct text, whatever the number of slots naming it).
+if #ids > 0 then
+  adopt_held_shapes(KEYS[3], KEYS[4])
+end
+local index, refs, named = {}, {}, {}
+for i = 1, #ids do
+  if redis.call('SET', record_key(KEYS[3], ids[i]), messages[i], 'NX') then
+    index[#index + 1] = dues[i]
+    index[#index + 1] = ids[i]
+    if not refs[shas[i]] then
+      named[#named + 1] = shas[i]
     end
+    refs[shas[i]] = (refs[shas[i]] or 0) + 1
   end
 end
--- The texts and their counts in a few variadic calls, not three calls per definition (a
--- burst of a thousand entries names a thousand definitions). HSET, not HSETNX: a sha1
--- names one text, so writing it again leaves it as it was. (HMGET and HSET, not HINCRBY:
--- the commands an ACL user of docs/deployments.md has.)
-local stored, count_fields, counts = {}, {}, {}
+flush('ZADD', KEYS[3], index)
+-- One text per definition (SET NX: a sha1 names one text, so one already there is the
+-- same), and its count raised by the records just written: in one variadic ZADD when
+-- nothing else is held (a burst with the broker up), else one ZADD INCR each (not
+-- ZINCRBY: the commands an ACL user of docs/deployments.md has).
+local counting = redis.call('EXISTS', KEYS[4]) == 1
+local counts = {}
 for _, sha in ipairs(named) do
-  stored[#stored + 1] = sha
-  stored[#stored + 1] = texts[sha]
-  count_fields[#count_fields + 1] = sha .. ':refs'
-end
-flush('HSET', KEYS[4], stored)
-for first = 1, #count_fields, CHUNK do
-  local last = math.min(first + CHUNK - 1, #count_fields)
-  local held = redis.call('HMGET', KEYS[4], unpack(count_fields, first, last))
-  for i = first, last do
-    counts[#counts + 1] = count_fields[i]
-    counts[#counts + 1] = (tonumber(held[i - first + 1]) or 0) + refs[named[i]]
+  redis.call('SET', text_key(KEYS[4], sha), texts[sha], 'NX')
+  if counting then
+    redis.call('ZADD', KEYS[4], 'INCR', refs[sha], sha)
+  else
+    counts[#counts + 1] = refs[sha]
+    counts[#counts + 1] = sha
   end
 end
-flush('HSET', KEYS[4], counts)
-flush('HSET', KEYS[3], pending)
+flush('ZADD', KEYS[4], counts)
 return {'ok', applied, skipped, history_error or (recorded and 'ok' or '')}

@@ -2,8 +2,10 @@
 -- unreadable record, a slot past its misfire grace), release the held definitions they
 -- named, and count the dropped late slots in their entries' misfires.
 --
--- KEYS[1] - pending hash
--- KEYS[2] - held definitions hash (sha1 -> definition text, '<sha1>:refs' -> count)
+-- KEYS[1] - pending index (task id scored by due time; each record at
+--           <KEYS[1]>:<task id>, see the prelude)
+-- KEYS[2] - held definitions index (sha1 -> how many records name it; each text at
+--           <KEYS[2]>:<sha1>)
 -- ARGV[1] - the task ids, one JSON array (a thousand ids cost the client far more to
 --           send as separate arguments than as one)
 -- ARGV[2] - held slots dropped past their misfire grace, one JSON array of
@@ -13,14 +15,17 @@
 local ids = cjson.decode(ARGV[1])
 local forgotten = 0
 local released, named = {}, {}
+adopt_held_shapes(KEYS[1], KEYS[2])
 for first = 1, #ids, CHUNK do
   local last = math.min(first + CHUNK - 1, #ids)
   -- a record names its definition in its definition_sha1 field (read_pending, in the
   -- prelude); one without it (the old format, with the definition inside, or a
   -- hand-written one) holds no reference
-  local messages = redis.call('HMGET', KEYS[1], unpack(ids, first, last))
-  for i = 1, last - first + 1 do
-    local sha = messages[i] and select(2, read_pending(messages[i]))
+  local records = {}
+  for i = first, last do
+    records[#records + 1] = record_key(KEYS[1], ids[i])
+    local message = redis.call('GET', records[#records])
+    local sha = message and select(2, read_pending(message))
     if sha then
       if not released[sha] then
         named[#named + 1] = sha
@@ -28,57 +33,58 @@ for first = 1, #ids, CHUNK do
       released[sha] = (released[sha] or 0) + 1
     end
   end
-  forgotten = forgotten + redis.call('HDEL', KEYS[1], unpack(ids, first, last))
+  forgotten = forgotten + redis.call('DEL', unpack(records))
+  redis.call('ZREM', KEYS[1], unpack(ids, first, last))
 end
--- The counts read and written in a few variadic calls, not two calls per definition (a
--- burst of a thousand entries names a thousand). (HMGET and HSET, not HINCRBY: the
--- commands an ACL user of docs/deployments.md has.)
-local zeroed, count_fields, counts = {}, {}, {}
-for _, sha in ipairs(named) do
-  count_fields[#count_fields + 1] = sha .. ':refs'
-end
-for first = 1, #count_fields, CHUNK do
-  local last = math.min(first + CHUNK - 1, #count_fields)
-  local held = redis.call('HMGET', KEYS[2], unpack(count_fields, first, last))
-  for i = first, last do
-    local left = (tonumber(held[i - first + 1]) or 0) - released[named[i]]
+-- The counts read and written per definition named (ZSCORE and ZADD, not ZINCRBY: the
+-- commands an ACL user of docs/deployments.md has); not at all when no record is left,
+-- since then every held definition goes (below): a burst confirmed whole.
+local remaining = redis.call('ZCARD', KEYS[1])
+local zeroed = {}
+if remaining > 0 then
+  for _, sha in ipairs(named) do
+    local left = (tonumber(redis.call('ZSCORE', KEYS[2], sha)) or 0) - released[sha]
     if left <= 0 then
-      zeroed[#zeroed + 1] = named[i]
+      zeroed[#zeroed + 1] = sha
     else
-      counts[#counts + 1] = count_fields[i]
-      counts[#counts + 1] = left
+      redis.call('ZADD', KEYS[2], left, sha)
     end
   end
 end
-flush('HSET', KEYS[2], counts)
 -- A count reaches zero with records still naming the definition when a record written
 -- by hand (never counted) was released: deleting the text would make the real held slots
 -- unreadable, and they would be dropped unsent. So a definition whose count ran out is
 -- deleted only if no record left names it; otherwise its count is set to the records'.
--- (One scan, only when a count ran out while records remain: a broker outage's drain.)
-if #zeroed > 0 and redis.call('EXISTS', KEYS[1]) == 1 then
-  local naming, cursor = {}, '0'
-  repeat
-    local page = redis.call('HSCAN', KEYS[1], cursor, 'COUNT', 1000)
-    cursor = page[1]
-    for i = 2, #page[2], 2 do
-      local sha = select(2, read_pending(page[2][i]))
+-- (One pass over the records, only when a count ran out while records remain: a broker
+-- outage's drain.)
+if #zeroed > 0 then
+  local naming = {}
+  for first = 0, remaining - 1, 1000 do
+    for _, task_id in ipairs(redis.call('ZRANGE', KEYS[1], first, first + 999)) do
+      local message = redis.call('GET', record_key(KEYS[1], task_id))
+      local sha = message and select(2, read_pending(message))
       if sha then
         naming[sha] = (naming[sha] or 0) + 1
       end
     end
-  until cursor == '0'
+  end
   for _, sha in ipairs(zeroed) do
     if naming[sha] then
-      redis.call('HSET', KEYS[2], sha .. ':refs', naming[sha])
+      redis.call('ZADD', KEYS[2], naming[sha], sha)
     else
-      redis.call('HDEL', KEYS[2], sha, sha .. ':refs')
+      redis.call('ZREM', KEYS[2], sha)
+      redis.call('DEL', text_key(KEYS[2], sha))
     end
   end
-elseif redis.call('EXISTS', KEYS[1]) == 0 then
+elseif remaining == 0 then
   -- No record left, so no reference: whatever a record removed by hand left counted
-  -- goes, and the definitions whose count ran out with it (one call for them all).
+  -- goes, and the definitions whose count ran out with it.
+  local texts = {}
+  for _, sha in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    texts[#texts + 1] = text_key(KEYS[2], sha)
+  end
   redis.call('DEL', KEYS[2])
+  flush('DEL', KEYS[2], texts)  -- (KEYS[2] again, and the texts a chunk at a time)
 end
 
 -- Misfires are counted here, after commit.lua in the same tick, so the misfires it just

@@ -128,3 +128,84 @@ if not sha1hex then
     return string.format('%08x%08x%08x%08x%08x', h[1], h[2], h[3], h[4], h[5])
   end
 end
+
+-- Held slots (docs/data-format.md, "Pending records"). No key of them is a hash, so code
+-- written for celery-redbeat 2.4.2 that lists the prefix and reads `definition` from
+-- every hash it finds meets only entries:
+--   <pending>              sorted set: member = task id, score = the slot's due time
+--   <pending>:<task id>    string: the pending record (JSON)
+--   <held>                 sorted set: member = sha1 of a definition text, score = how
+--                          many pending records name it
+--   <held>:<sha1>          string: the definition text
+-- The record and text keys extend their index's name, so a hash-tagged prefix keeps
+-- them in its Cluster slot.
+local function record_key(pending, task_id)
+  return pending .. ':' .. task_id
+end
+
+local function text_key(held, sha)
+  return held .. ':' .. sha
+end
+
+-- The due time a record's index score is: its "due" field, 0 when it has none (read
+-- first, and dropped by the client as unreadable).
+local function due_of(record)
+  local due = record and tonumber(record.due)
+  if not due or due ~= due or due == math.huge or due == -math.huge then
+    return 0
+  end
+  return due
+end
+
+-- Releases before this layout kept the held slots in two hashes under the same names
+-- (<pending>: task id -> record; <held>: sha1 -> text, '<sha1>:refs' -> count). A fleet
+-- upgraded while slots are held finds them so: each hash is rewritten in the layout
+-- above in the script that meets it, whole (the old and new shapes share a key name,
+-- so they cannot coexist), every record and count kept. Any other type is left alone:
+-- the scripts then fail with WRONGTYPE, which the client reports.
+local function adopt_old_pending(pending)
+  local all = redis.call('HGETALL', pending)
+  redis.call('DEL', pending)
+  local index = {}
+  for i = 1, #all, 2 do
+    redis.call('SET', record_key(pending, all[i]), all[i + 1])
+    index[#index + 1] = due_of((read_pending(all[i + 1])))
+    index[#index + 1] = all[i]
+  end
+  flush('ZADD', pending, index)
+end
+
+local function adopt_old_held(held)
+  local all = redis.call('HGETALL', held)
+  redis.call('DEL', held)
+  local texts, counts = {}, {}
+  for i = 1, #all, 2 do
+    local sha = string.match(all[i], '^(%x+):refs$')
+    if sha then
+      counts[sha] = tonumber(all[i + 1]) or 0
+    else
+      texts[all[i]] = all[i + 1]
+    end
+  end
+  local index = {}
+  for sha, text in pairs(texts) do
+    redis.call('SET', text_key(held, sha), text)
+    index[#index + 1] = counts[sha] or 0  -- a count without its text names nothing: gone
+    index[#index + 1] = sha
+  end
+  flush('ZADD', held, index)
+end
+
+-- Whether any slot is held, after adopting the old shapes (both keys' types read: what
+-- the writing scripts call first; the tick reads only the pending key's, see tick.lua).
+local function adopt_held_shapes(pending, held)
+  if redis.call('TYPE', held).ok == 'hash' then
+    adopt_old_held(held)
+  end
+  local kind = redis.call('TYPE', pending).ok
+  if kind == 'hash' then
+    adopt_old_pending(pending)
+    return true
+  end
+  return kind ~= 'none'
+end

@@ -4,7 +4,8 @@
 --
 -- KEYS[1] - schedule sorted set (member = entry key, score = next due epoch seconds)
 -- KEYS[2] - lock key
--- KEYS[3] - pending hash (task id -> claimed message not yet confirmed as published)
+-- KEYS[3] - pending index (task ids of claimed slots not yet confirmed as published,
+--           scored by due time; each record at <KEYS[3]>:<task id>, see the prelude)
 -- ARGV[1] - now, epoch seconds
 -- ARGV[2] - batch size: at most this many due entries (and pending slots) per call
 -- ARGV[3] - lock token of this node; '' when locking is disabled
@@ -15,7 +16,8 @@
 --           written for 2.4.2 does) meets only entries; the hash of earlier builds is
 --           replaced at the first heartbeat
 -- ARGV[5] - this node's id in the nodes sorted set
--- KEYS[5] - held definitions hash (sha1 -> the definition text pending records name)
+-- KEYS[5] - held definitions index (sha1 -> how many records name it; each text at
+--           <KEYS[5]>:<sha1>)
 -- KEYS[6] - paused flag (a string present while an operator pauses the schedule)
 --
 -- returns {'standby', now, refused, holder|false, pttl} when another node holds the lock
@@ -31,8 +33,8 @@
 --           refused: false, or the error Redis answered the heartbeat's write with (OOM);
 --           evicted: INFO's evicted_keys (a decimal string; false without INFO),
 --           replicas: how many replicas INFO lists online (likewise), where
---           pending = {task_id, message, ...} (at most about batch size of them, in
---           hash order: the client orders them by due time),
+--           pending = {task_id, message, ...} (at most batch size of them, the oldest
+--           due first; message '' for a record that is missing),
 --           held = {sha1, definition, ...}, each definition those records name, once,
 --           policies = {key, policy|false, ...}, the policy field of each entry those
 --           records are slots of (the misfire grace a re-send must honour), and
@@ -130,19 +132,29 @@ for i = 1, #due, 2 do
 end
 
 local pending, held, policies = {}, {}, {}
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  pending = redis.call('HSCAN', KEYS[3], 0, 'COUNT', ARGV[2])[2]
+-- TYPE, not EXISTS: the same one call on an idle tick, and it finds the hashes of
+-- earlier releases (prelude: adopt_held_shapes)
+local pending_type = redis.call('TYPE', KEYS[3]).ok
+if pending_type == 'hash' then
+  pending_type = adopt_held_shapes(KEYS[3], KEYS[5]) and 'zset' or 'none'
+end
+if pending_type ~= 'none' then
+  -- the oldest due first: a backlog larger than a batch goes in due order
+  local ids = redis.call('ZRANGE', KEYS[3], 0, tonumber(ARGV[2]) - 1)
   local shas, keys = {}, {}
-  for i = 2, #pending, 2 do
-    -- whatever a record holds must not fail the tick: a record that cannot be read is
-    -- returned as is, and the client drops it
-    local message, sha = read_pending(pending[i])
+  for _, task_id in ipairs(ids) do
+    -- whatever a record holds must not fail the tick: a record that cannot be read
+    -- (or is missing) is returned as is, and the client drops it
+    local text = redis.call('GET', record_key(KEYS[3], task_id)) or ''
+    pending[#pending + 1] = task_id
+    pending[#pending + 1] = text
+    local message, sha = read_pending(text)
     if sha and not shas[sha] then
       shas[sha] = true
-      local text = redis.call('HGET', KEYS[5], sha)
-      if text then
+      local definition = redis.call('GET', text_key(KEYS[5], sha))
+      if definition then
         held[#held + 1] = sha
-        held[#held + 1] = text
+        held[#held + 1] = definition
       end
     end
     local key = message and message.key
