@@ -133,16 +133,16 @@ def test_a_burst_is_run_once_each_with_its_id_arguments_route_and_priority(
     try:
         expected = burst(make_app(redis_server.url), names, BURST)
         worker = cluster.worker("worker", queues=f"{names['default']},{names['mail']}")
-        worker.wait_for("ready.", timeout=30)  # its queues bound before anything is sent
+        worker.wait_for("ready.")  # its queues bound before anything is sent
         beat = cluster.beat("beat")
-        beat.wait_for("Sending due task", count=BURST, timeout=30)
+        beat.wait_for("Sending due task", count=BURST)
         sent_at = time.monotonic()
         now_runnable = BURST - BURST // KINDS
         wait_until(lambda: len(cluster.executions()) >= now_runnable, 60,
                    f"{now_runnable} executions\n{worker.log()[-3000:]}")
         time.sleep(max(0.0, sent_at + 1.5 - time.monotonic()))  # the expiring ones expired
         later = cluster.worker("later", queues=names["later"])
-        later.wait_for("ready.", timeout=30)
+        later.wait_for("ready.")
         runnable = sum(not want["expires"] for want in expected.values())
         wait_until(lambda: len(cluster.executions()) >= runnable, 30,
                    f"{runnable} executions\n{later.log()[-3000:]}")
@@ -183,7 +183,7 @@ def test_a_subclass_overriding_send_task_still_sends_each_slot_through_it(
         expected = burst(make_app(redis_server.url), names, 100, kinds=KINDS - 1,
                          task="beatapp.remote")
         worker = cluster.worker("worker", queues="celery,mail", beatapp_remote_task=True)
-        worker.wait_for("ready.", timeout=30)
+        worker.wait_for("ready.")
         beat = cluster.beat("beat", scheduler="fallback.SendTaskScheduler")
         wait_until(lambda: len(cluster.executions()) >= len(expected), 40, "executions")
         time.sleep(0.5)

@@ -143,8 +143,8 @@ def test_beat_logs_a_wrong_password_and_an_unreachable_redis_with_backoff(tmp_pa
                    redbeat_redis_options={"retry_period": 3})
     try:
         beats = [wrong.beat("beat"), gone.beat("beat")]
-        beats[0].wait_for("still refuses the credentials after", timeout=45)
-        beats[1].wait_for("still unavailable after", timeout=45)
+        beats[0].wait_for("still refuses the credentials after")
+        beats[1].wait_for("still unavailable after")
         wrong_log, gone_log = (beat.log() for beat in beats)
     finally:
         wrong.stop()

@@ -65,9 +65,9 @@ def test_a_standby_under_noeviction_oom_stays_healthy_and_takes_over(
     try:
         cluster.worker()
         leader = cluster.beat("leader")
-        leader.wait_for("Sending due task every-second", timeout=60, count=2)
+        leader.wait_for("Sending due task every-second", count=2)
         standby = cluster.beat("standby")
-        standby.wait_for("Standing by", timeout=60)
+        standby.wait_for("Standing by")
         client.config_set("maxmemory-policy", "noeviction")
         client.config_set("maxmemory", "1")  # every write refused from now on
         time.sleep(8)  # past max_age (3 polls + 2 s): no heartbeat written meanwhile
@@ -78,8 +78,8 @@ def test_a_standby_under_noeviction_oom_stays_healthy_and_takes_over(
         still = check(url, standby.pid)
         errors_during = errors(standby.log())
         client.config_set("maxmemory", "0")
-        standby.wait_for("Leading as", timeout=30)
-        standby.wait_for("Sending due task every-second", timeout=30, count=2)
+        standby.wait_for("Leading as")
+        standby.wait_for("Sending due task every-second", count=2)
     finally:
         client.config_set("maxmemory", "0")
         cluster.stop()
@@ -105,7 +105,7 @@ def test_eviction_under_allkeys_is_logged_each_time_and_fails_the_check(
                               args=["x" * 500], app=app).save()
     try:
         leader = cluster.beat("leader")
-        leader.wait_for("Leading as", timeout=60)
+        leader.wait_for("Leading as")
         healthy = check(url, leader.pid)
         used = int(client.info("memory")["used_memory"])
         client.config_set("maxmemory", str(used + 200_000))

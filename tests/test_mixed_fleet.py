@@ -166,7 +166,7 @@ def test_242_alone_runs_what_it_reads_and_skips_the_rest(fleet):
                  for name, entry in plain.items()}
 
     ref = cluster.beat("ref", python=reference_python())
-    ref.wait_for("beat: Acquired lock", timeout=30)
+    ref.wait_for("beat: Acquired lock")
     # saved while 2.4.2 runs, so it looks ahead at them (its tick loads what falls due
     # within beat_max_loop_interval) before they are due
     plain["iv-late"] = save(app, "iv-late", 3.0)
@@ -200,9 +200,9 @@ def test_mixed_fleet_through_a_leader_kill_each_way(fleet):
     t0 = second()
     paris = ZoneInfo("Europe/Paris")
     ours = cluster.beat("ours1")
-    ours.wait_for("Leading as", timeout=30)
+    ours.wait_for("Leading as")
     ref = cluster.beat("ref", python=reference_python())
-    ref.wait_for("beat: Starting", timeout=30)  # then it blocks on the lock
+    ref.wait_for("beat: Starting")  # then it blocks on the lock
     every = {"a-iv": 2.0, "a-rr": 3.0, "a-rr-tz": 2.0, "b-iv": 2.0, "c-iv": 3.0}
     save(app, "a-iv", 2.0)
     a_rr = save(app, "a-rr", rrule("SECONDLY", interval=3, dtstart=t0 - timedelta(minutes=1)))
@@ -211,18 +211,18 @@ def test_mixed_fleet_through_a_leader_kill_each_way(fleet):
 
     assert_no_crash(ref)
     ours.kill()  # SIGKILL: the lock stays until it expires
-    ref_leads = ref.wait_for("beat: Acquired lock", timeout=LOCK_TIMEOUT + 5)
+    ref_leads = ref.wait_for("beat: Acquired lock")
     save(app, "b-iv", 2.0)
     save(app, "b-once", clocked(second(2)))  # 2.4.2 cannot run it: ours will, late
     ours2 = cluster.beat("ours2")
-    ours2.wait_for("Standing by", timeout=30)
+    ours2.wait_for("Standing by")
     time.sleep(max(0.0, ref_leads + 6 - time.monotonic()))
 
     assert_no_crash(ref)
     assert_no_crash(ours2)
     ref_killed = time.monotonic()
     ref.kill()
-    ours2.wait_for("Leading as", timeout=LOCK_TIMEOUT + 5)
+    ours2.wait_for("Leading as")
     save(app, "c-iv", 3.0)
     time.sleep(7)
     end = time.time()

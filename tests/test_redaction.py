@@ -63,12 +63,12 @@ def test_no_place_shows_the_password(tmp_path: Path) -> None:
         web = dead_web = None
         try:
             leader = cluster.beat("leader", redbeat_metrics_port=metrics_port)
-            leader.wait_for("Leading as", timeout=60)
+            leader.wait_for("Leading as")
             # no redbeat_redis_url: the schedule is the broker's Redis (its banner line)
             fallback = cluster.beat("fallback", redbeat_redis_url=None)
-            fallback.wait_for("Leading as", timeout=60)
+            fallback.wait_for("Leading as")
             unreachable = cluster.beat("unreachable", redbeat_redis_url=dead)
-            unreachable.wait_for("unreachable at start", timeout=60)
+            unreachable.wait_for("unreachable at start")
             for process in (leader, fallback, unreachable):
                 shown[f"beat log {process.name}"] = process.log()
             assert "password=***" in shown["beat log leader"]  # the banner's redis line

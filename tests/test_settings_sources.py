@@ -377,7 +377,7 @@ def test_the_broker_url_fallback_is_logged_by_beat_and_the_cli(tmp_path, redis_s
         beat = cluster.beat("fallback")
         try:
             beat.wait_for("Leading as", timeout=120)
-            beat.wait_for("redbeat_redis_url is not set", timeout=60)
+            beat.wait_for("redbeat_redis_url is not set")
         finally:
             cluster.stop()
         line = next(line for line in beat.log().splitlines()
