@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from datetime import datetime, timezone
 
 import pytest
 
 from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
 from support.deployments import acl_server, require_programs
-from support.recording import Recording
+from support.recording import Clock, Recording
 
 pytestmark = pytest.mark.e2e
 
@@ -28,11 +29,17 @@ GOOD = {"good-fast": 0.5, "good-1s": 1.0}
 REMOVED_LOG = "is in the schedule but is not a key of this schedule's entries"
 
 
-def run_for(scheduler: Recording, seconds: float) -> int:
-    ticks, deadline = 0, time.monotonic() + seconds
-    while time.monotonic() < deadline:
+def at_clock(clock: Clock) -> datetime:
+    return datetime.fromtimestamp(clock.now, tz=timezone.utc)
+
+
+def run_for(scheduler: Recording, clock: Clock, seconds: float) -> int:
+    """Tick for ``seconds`` of the scheduler's clock, moved on by each tick's answer
+    instead of slept (what is tested is what the ticks read and write, not their pace)."""
+    ticks, deadline = 0, clock.now + seconds
+    while clock.now < deadline:
         ticks += 1
-        time.sleep(max(0.0, min(scheduler.tick(), 0.1)))
+        clock.now += max(0.0, min(scheduler.tick(), 0.1))
     return ticks
 
 
@@ -45,12 +52,14 @@ def test_foreign_and_internal_members_are_removed_untouched_under_an_acl_user(ca
         admin.hset("otherapp:parked", mapping={"definition": "theirs too"})
         before = {key: admin.dump(key) for key in ("otherapp:x", "otherapp:parked")}
         app = make_app(server.beat_url)
+        clock = Clock(time.time())
         for name, every in GOOD.items():
-            RedBeatSchedulerEntry(name, "tasks.good", every, app=app).save()
+            RedBeatSchedulerEntry(name, "tasks.good", every, app=app,
+                                  last_run_at=at_clock(clock)).save()
         admin.zadd(SCHEDULE, {**FOREIGN, **INTERNAL})
-        scheduler = Recording(app)
+        scheduler = Recording(app, clock=clock)
         try:
-            ticks = run_for(scheduler, 6.0)
+            ticks = run_for(scheduler, clock, 6.0)
             leading = scheduler.leading
             # read while it runs: closing removes its own heartbeat, and with it the key
             nodes_type = admin.type("redbeat::nodes")
