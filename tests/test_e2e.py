@@ -40,7 +40,7 @@ def test_entries_saved_from_python_and_from_raw_redis_are_executed(cluster, redi
         tags = [run["tag"] for run in cluster.executions()]
         return tags.count("python") >= 2 and tags.count("raw") >= 2
 
-    wait_until(both_ran, 30, f"executions\n{beat.log()}\n{worker.log()}")
+    wait_until(both_ran, 120, f"executions\n{beat.log()}\n{worker.log()}")
     runs = cluster.executions()
     python_ids = [run["id"] for run in runs if run["tag"] == "python"]
     assert all(task_id.startswith("from-python:") for task_id in python_ids)

@@ -185,7 +185,7 @@ def test_a_subclass_overriding_send_task_still_sends_each_slot_through_it(
         worker = cluster.worker("worker", queues="celery,mail", beatapp_remote_task=True)
         worker.wait_for("ready.")
         beat = cluster.beat("beat", scheduler="fallback.SendTaskScheduler")
-        wait_until(lambda: len(cluster.executions()) >= len(expected), 40, "executions")
+        wait_until(lambda: len(cluster.executions()) >= len(expected), 120, "executions")
         time.sleep(0.5)
         check_runs(cluster.executions(), expected)
         assert beat.log().count("send_task override:") == len(expected) * 3 // 4

@@ -111,7 +111,7 @@ def test_a_worker_records_success_failure_retry_and_a_killed_run(tmp_path, redis
         client.set(HANG, 1)
         save(app, "victim", "beatapp.sleep", 2, args=(-1,))
         wait_until(lambda: (run_of(client, "victim") or RunRecord("", 0, "queued", 0)).state
-                   == "running", 30, "the victim's run started")
+                   == "running", 120, "the victim's run started")
         killed = run_of(client, "victim")
         worker.kill()
         client.delete(HANG)
@@ -238,7 +238,7 @@ def test_a_killed_worker_releases_an_entry_after_its_bound(tmp_path, redis_serve
         cluster.beat("beat")
         worker = cluster.worker("w1", queues=queue)
         wait_until(lambda: (run_of(client, "held") or RunRecord("", 0, "queued", 0)).state
-                   == "running", 60, "the run started")
+                   == "running", 120, "the run started")
         killed = run_of(client, "held")
         worker.kill()
         client.delete(HANG)
@@ -284,7 +284,7 @@ def test_a_prefork_child_killed_mid_task_is_recorded_lost_at_once(tmp_path, redi
         cluster.beat("beat")
         worker = cluster.worker("w1", pool="prefork")
         wait_until(lambda: (run_of(client, "child") or RunRecord("", 0, "queued", 0)).state
-                   == "running", 60, "the run started")
+                   == "running", 120, "the run started")
         running = run_of(client, "child")
         children = subprocess.run(["ps", "-o", "pid=", "--ppid", str(worker.pid)],
                                   capture_output=True, text=True, check=True).stdout.split()

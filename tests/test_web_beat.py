@@ -70,7 +70,7 @@ def page(stack: Stack) -> Iterator[Any]:
 
 def test_disabling_an_entry_from_its_page_stops_its_dispatch(stack: Stack, page: Any) -> None:
     RedBeatSchedulerEntry("every-second", "beatapp.record", 1.0, app=stack.app).save()
-    wait_until(lambda: len(stack.sent("every-second")) >= 2, 15, "two dispatches")
+    wait_until(lambda: len(stack.sent("every-second")) >= 2, 60, "two dispatches")
     page.goto(stack.web.url + "/entry?" + "name=every-second")
     screenshot(page, "entry")
     assert page.locator("#action-enable").count() == 0  # only the actions that apply
@@ -118,7 +118,7 @@ def test_editing_an_entry_validates_and_the_beat_follows_it(stack: Stack, page: 
     assert "saved edited" in page.inner_text(".flash-ok")
     entry = manage.get_entry(stack.app, "edited").entry
     assert entry.args == ["edited", 2] and entry.schedule.run_every.total_seconds() == 1
-    wait_until(lambda: len(stack.sent("edited")) >= 2, 15, "the edited schedule to run")
+    wait_until(lambda: len(stack.sent("edited")) >= 2, 60, "the edited schedule to run")
     page.click("#action-disable")  # quiet again for the metrics test
     page.click("#confirm")
 
@@ -133,7 +133,7 @@ def paused_gauge(stack: Stack) -> float | None:
 
 def test_pausing_the_schedule_stops_the_beat_until_resumed(stack: Stack, page: Any) -> None:
     RedBeatSchedulerEntry("paused-every-second", "beatapp.record", 1.0, app=stack.app).save()
-    wait_until(lambda: len(stack.sent("paused-every-second")) >= 2, 15, "two dispatches")
+    wait_until(lambda: len(stack.sent("paused-every-second")) >= 2, 60, "two dispatches")
     page.goto(stack.web.url + "/nodes")
     page.click("#pause")
     assert page.inner_text("#confirm-title") == "Pause the whole schedule?"
@@ -167,7 +167,7 @@ def test_the_celery_subcommand_serves_the_apps_schedule(stack: Stack, page: Any)
     port = free_port()
     web = stack.cluster.command("celery-web", "redbeat", "web", "--port", str(port))
     web.wait_for("redbeat web: http://127.0.0.1:")
-    wait_until(lambda: _answers(f"http://127.0.0.1:{port}/nodes"), 15, "celery redbeat web")
+    wait_until(lambda: _answers(f"http://127.0.0.1:{port}/nodes"), 60, "celery redbeat web")
     page.goto(f"http://127.0.0.1:{port}/nodes")
     assert "lock expires in" in page.inner_text("#leader")
     web.terminate()
@@ -216,7 +216,7 @@ def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 def test_metrics_match_the_dispatches_in_the_broker(stack: Stack, page: Any) -> None:
     # dispatches of its own (the other tests may run in another worker), then quiet
     RedBeatSchedulerEntry("metered", "beatapp.record", 1.0, app=stack.app).save()
-    wait_until(lambda: len(stack.sent("metered")) >= 3, 15, "three dispatches")
+    wait_until(lambda: len(stack.sent("metered")) >= 3, 60, "three dispatches")
     manage.set_enabled(stack.app, "metered", False)
     client = stack.redis.client()
     client.hset("redbeat:broken", mapping={"definition": "{not json", "meta": "{}"})
