@@ -13,7 +13,7 @@ import pytest
 
 from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
-from support.processes import Cluster
+from support.processes import LIVENESS, Cluster
 from support.redis_server import RedisServer
 from support.waiting import wait_until
 
@@ -78,7 +78,7 @@ def test_chaos(tmp_path, redis_server):
                     nodes.append(cluster.beat(f"beat{serial}"))
                     serial += 1
                 wait_until(lambda old=leader: leader_of(nodes) not in (None, old),
-                           LOCK_TIMEOUT + 10, "a new leader")
+                           LIVENESS, "a new leader")
                 windows.append((begin, time.time() + 1.5))
             time.sleep(3)  # let pending slots be re-sent
         finally:
