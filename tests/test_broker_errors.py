@@ -6,8 +6,6 @@ tests/test_broker_refusals.py."""
 
 from __future__ import annotations
 
-import socket
-
 import amqp.exceptions as amqp_errors
 import pytest
 import redis.exceptions as redis_errors
@@ -58,7 +56,7 @@ TABLE = [
     (OperationalError("[Errno 111] Connection refused"), HOLD),
     (ConnectionResetError(104, "Connection reset by peer"), HOLD),
     (BrokenPipeError(32, "Broken pipe"), HOLD),
-    (socket.timeout("timed out"), HOLD),
+    (TimeoutError("timed out"), HOLD),
     # the message itself: serialisation, the task's signature, its size
     (EncodeError("Object of type set is not JSON serializable"), DROP),
     (TypeError("add() missing 1 required positional argument: 'y'"), DROP),

@@ -10,9 +10,9 @@ from click.testing import CliRunner
 from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.cli import main
-from redbeat.runtime import get_redis
 from redbeat.health import check
 from redbeat.manage import QUARANTINE_SAMPLE, status
+from redbeat.runtime import get_redis
 from support.counting import counting_commands
 
 PARKED = 100_000

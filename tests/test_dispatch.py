@@ -18,9 +18,9 @@ from redis._parsers.base import BaseParser
 from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.dispatch import INLINE, ONE_BY_ONE, Dispatcher
-from redbeat.runtime import store_for
 from redbeat.lock import Lease
 from redbeat.metrics import Recorder
+from redbeat.runtime import store_for
 from redbeat.settings import ensure_conf
 from support.recording import Clock
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import re
 import time
-import tomllib
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import redis
+import tomllib
 from celery.beat import ScheduleEntry
 
 import redbeat.schedulers
@@ -85,7 +85,7 @@ def test_item3_an_app_client_answering_bytes(redis_server):
 
 
 def test_item4_module_level_names_and_keywords():
-    from redbeat import decoder, schedules, schedulers
+    from redbeat import decoder, schedulers, schedules
 
     for name in ("RedBeatJSONEncoder", "RedBeatJSONDecoder", "get_logger", "ScheduleEntry",
                  "json", "DEFAULT_MAX_INTERVAL", "to_timestamp", "REDBEAT_INTERNAL_OPTIONS",

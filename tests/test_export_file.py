@@ -181,7 +181,6 @@ def test_ctrl_c_says_what_was_written_and_exits_130(redis_server, tmp_path):
 def test_a_progress_bar_on_a_terminal_none_with_quiet(redis_server, tmp_path):
     import os
     import pty
-
     import threading
 
     fill(redis_server.client(), 2000)

@@ -327,8 +327,8 @@ def test_a_failure_record_another_client_wrote_never_fails_a_listing(app, failur
 def test_a_failure_is_recorded_over_a_count_another_client_wrote(app, count):
     """failure.lua wrote the count back with cjson, which cannot encode inf: the script
     failed and no failure of that entry was recorded again."""
-    from redbeat.runtime import store_for
     from redbeat.failures import read_failures
+    from redbeat.runtime import store_for
 
     save(app, "odd")
     client = get_redis(app)

@@ -114,7 +114,8 @@ def test_signals_fire_before_and_after_the_write(scheduler):
     try:
         entries = [RedBeatSchedulerEntry(f"e{i}", "tasks.plain", 60, app=scheduler.app)
                    for i in range(2)]
-        slots, batch = scheduler.dispatcher._build([(entry, f"{entry.name}:1") for entry in entries])
+        slots, batch = scheduler.dispatcher._build(
+            [(entry, f"{entry.name}:1") for entry in entries])
         sent = scheduler.dispatcher._send_slots(slots, batch)
     finally:
         before_task_publish.disconnect(before)

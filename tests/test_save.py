@@ -12,10 +12,10 @@ from celery.schedules import crontab
 from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
 from redbeat.entry import EntryNotFound, meta_json
-from redbeat.runtime import store_for
 from redbeat.manage import delete_entry, set_enabled
 from redbeat.nextrun import next_run
 from redbeat.policy import DEFAULT, EntryPolicy
+from redbeat.runtime import store_for
 from support.counting import counting_client
 
 SCHEDULE = "redbeat::schedule"

@@ -10,8 +10,8 @@ import redis.client
 
 from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
-from redbeat.runtime import store_for
 from redbeat.manage import QUARANTINE_SAMPLE, import_entries, list_entries, status
+from redbeat.runtime import store_for
 from redbeat.schedulers import get_redis
 from support.counting import counting_client
 

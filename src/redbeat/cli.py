@@ -1383,7 +1383,8 @@ def web_command(ctx: click.Context, host: str, port: int, token: str | None,
         from .web import WebSettings, serve
         from .web.security import RefusedBind, check_bind
     except ImportError as exc:
-        fail(f"the web view needs its extra: pip install 'celery-beatkeeper[web]' ({exc})", EXIT_FAILED)
+        fail(f"the web view needs its extra: pip install 'celery-beatkeeper[web]' ({exc})",
+             EXIT_FAILED)
     app = _app(ctx)
     config = ensure_conf(app)
     settings = WebSettings(host=host, port=port, token=token or config.web_token,

@@ -130,8 +130,8 @@ class SharedSchedules:
             return decode_tagged(value)
         if len(self.built) >= self.limit:
             self.built.clear()
-        schedule = self.built[signature] = decode_tagged(value)
-        return schedule
+        built = self.built[signature] = decode_tagged(value)
+        return built
 
     def loads(self, text: str) -> Any:
         return self.decoder.decode(text)

@@ -190,8 +190,8 @@ class ScheduleCollector:
         """The app's schedule on the app's client, without the retry policy: a scrape
         while Redis is away must answer ``redbeat_schedule_up 0`` within the scrape's
         timeout, not retry for the scheduler's retry period."""
-        from .runtime import store_for
         from .retry import RetryPolicy
+        from .runtime import store_for
         from .store import ScheduleStore
 
         shared = store_for(self.app)

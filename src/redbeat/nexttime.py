@@ -753,7 +753,8 @@ def _rrule_count(schedule: rrule, first: datetime, last: datetime,
                  limit: int = MAX_CATCH_UP_STEPS) -> int:
     """By arithmetic for a rule with one run per fixed-length period in a zone without
     daylight saving (runs are wall times: across a transition they are walked)."""
-    if not (fixed_offset(schedule.zone) and schedule.one_per_period and schedule.freq in _FIXED_SECONDS):
+    if not (fixed_offset(schedule.zone) and schedule.one_per_period
+            and schedule.freq in _FIXED_SECONDS):
         return count_slots.dispatch(object)(schedule, first, last, limit)
     step = _FIXED_SECONDS[schedule.freq] * schedule.interval
     return max(0, int((utc(last) - utc(first)).total_seconds() // step) + 1)

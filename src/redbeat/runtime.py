@@ -164,5 +164,5 @@ def get_redis(app: Celery | None = None) -> Any:
     return runtime_for(app).own_client()
 
 
-__all__ = ["CLIENT_ATTRIBUTE", "RUNTIME_ATTRIBUTE", "DefinitionCache", "Runtime", "get_redis", "runtime_for",
-           "store_for"]
+__all__ = ["CLIENT_ATTRIBUTE", "RUNTIME_ATTRIBUTE", "DefinitionCache", "Runtime", "get_redis",
+           "runtime_for", "store_for"]

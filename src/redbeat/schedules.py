@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 from celery import schedules as celery_schedules
 from celery.schedules import BaseSchedule as schedule  # noqa: F401  # 2.4.2's names here
 from celery.schedules import schedstate  # noqa: F401
+
 # dateutil's frequency constants, and its rrule class under 2.4.2's name for it,
 # importable from here as from celery-redbeat 2.4.2.
 from dateutil.rrule import DAILY, HOURLY, MINUTELY, MONTHLY, SECONDLY, WEEKLY, YEARLY
@@ -50,7 +51,7 @@ MIN_INTERVAL = 0.1
 MAX_RRULE_STEPS = 100_000
 
 
-def check_interval(schedule: Any) -> None:
+def check_interval(schedule: Any) -> None:  # noqa: F811  # the parameter, not the name
     """ValueError for an interval schedule shorter than :data:`MIN_INTERVAL`: checked
     where entries are built and where intervals are encoded or decoded, so none is
     stored and none written raw into Redis is run."""

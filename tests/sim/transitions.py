@@ -28,14 +28,14 @@ import time
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from functools import lru_cache
+from functools import cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from redbeat.nexttime import count_slots, first_due, latest_slot, next_after, slots_between
 from redbeat.schedules import crontab, rrule
 
-from .oracle import Cron, Zone, aware, cron_runs, rrule_runs
+from .oracle import Cron, Zone, cron_runs, rrule_runs
 
 UTC = timezone.utc
 
@@ -58,7 +58,7 @@ AROUND_SECONDLY = timedelta(minutes=50)
 LEAD = timedelta(days=20)
 
 
-@lru_cache(maxsize=None)
+@cache
 def zone_around(name: str, transition: datetime) -> Zone:
     """The oracle's zone from an rrule's earliest dtstart to a day after the checks."""
     return Zone(name, transition - LEAD - timedelta(days=1), transition + timedelta(days=1))
