@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -247,3 +248,26 @@ def test_celerys_connection_and_producer_are_the_dispatchers(redis_server):
     del scheduler.producer  # and forgotten: the next read connects afresh
     assert scheduler.producer is not replacement
     scheduler.close()
+
+
+def test_a_broker_that_does_not_answer_leaves_nothing_drafted_and_raises_nothing(
+        redis_server):
+    """Drafting from templates needs the producer's channel: a hung broker (a real
+    redis-server stopped with SIGSTOP) made that raise kombu's OperationalError on the
+    tick's thread, which ended beat. Now nothing is drafted; the publish path holds."""
+    import os
+    import signal
+
+    from redbeat.planning import Claim
+    from support.redis_server import RedisServer
+
+    with RedisServer() as broker:
+        app = make_app(redis_server.url, broker_url=broker.url, redbeat_publish_timeout=0.5)
+        dispatcher = dispatcher_for(app, Writer())
+        entry = RedBeatSchedulerEntry("hung", "tasks.hung", 60.0, app=app)
+        os.kill(broker.process.pid, signal.SIGSTOP)
+        try:
+            drafts = dispatcher.draft([Claim("hung:1", entry, datetime.now(timezone.utc))])
+        finally:
+            os.kill(broker.process.pid, signal.SIGCONT)
+        assert drafts == {}

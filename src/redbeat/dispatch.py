@@ -292,8 +292,14 @@ class Dispatcher:
     def _from_templates(self, builder: publish.Builder, claims: list[Claim]) -> Drafts:
         """:meth:`draft` for a Redis broker with nobody listening to
         ``before_task_publish``: each claim's message sealed and its record encoded,
-        from its entry's template (publish.Templates) where one can stand for it."""
-        channel = self.producer.channel
+        from its entry's template (publish.Templates) where one can stand for it. A
+        broker that does not answer leaves nothing drafted: the publish after the commit
+        meets it and holds the slots, as for any outage (an error here escaped the tick
+        and ended beat, on every node that took the lead while the broker hung)."""
+        try:
+            channel = self.producer.channel
+        except Exception:  # noqa: BLE001 - decided (and logged) on the publish path
+            return {}
         drafts: Drafts = {}
         for claim, tag in zip(claims, publish.delivery_tags(len(claims)), strict=True):
             try:
