@@ -5,6 +5,7 @@ changes by label (redbeat.groups)."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 
 import pytest
@@ -43,8 +44,11 @@ def test_labels_refused(given):
 ])
 def test_labels_field_read_leniently_with_the_reason(text, labels, problem):
     assert label_rules.from_field(text) == labels
-    found = label_rules.problem(text)
-    assert (found is None) if problem is None else found.startswith(problem)
+    if problem is None:
+        assert label_rules.parse_field(text) == labels
+    else:
+        with pytest.raises(ValueError, match=f"^{re.escape(problem)}"):
+            label_rules.parse_field(text)
 
 
 MS = 1_800_000_000_000

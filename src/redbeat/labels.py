@@ -56,7 +56,7 @@ def save_field(labels: tuple[str, ...] | None) -> str | None:
 def from_field(text: str | None) -> tuple[str, ...]:
     """The labels a ``labels`` field holds. Another program writes this field too, so a
     text that is not a JSON array of labels reads as no labels rather than failing the
-    listing it appears in; :func:`problem` says what is wrong with it."""
+    listing it appears in; :func:`parse_field` says what is wrong with it."""
     try:
         return parse_field(text)
     except ValueError:
@@ -75,14 +75,6 @@ def parse_field(text: str | None) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise ValueError("labels field must be a JSON array of strings")
     return normalized(value)
-
-
-def problem(text: str | None) -> str | None:
-    try:
-        parse_field(text)
-    except ValueError as exc:
-        return str(exc)
-    return None
 
 
 def selected(labels: tuple[str, ...], wanted: Iterable[str]) -> bool:
