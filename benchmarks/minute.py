@@ -143,7 +143,8 @@ the real beat loop (tick, sleep what it returns), publishing for real to a Redis
 until the broker holds all K messages; the CPU is what the burst cost the scheduler's
 process (every thread; django-celery-beat's SQLite runs in it) and the redis-server
 (schedule and broker), from half a second before the boundary to the end. On a loaded
-machine the wall time mostly waits for a CPU; the CPU time is the cost itself. Each run is a fresh process: one unmeasured burst,
+machine the wall time mostly waits for a CPU; the CPU time is the cost itself.
+Each run is a fresh process: one unmeasured burst,
 then {args.bursts} measured; {args.repeats} runs per redbeat package in alternation
 (django-celery-beat: {min(args.django_repeats, args.repeats)}); the figure is the median
 of all measured bursts. The redbeat packages' crontabs are saved through their own

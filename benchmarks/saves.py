@@ -91,7 +91,8 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> str:
                                f"{times(c, o)} | {'**met**' if o <= c else '**NOT met**'} |")
     return f"""## Single-entry calls: save, from_key, delete
 
-Command: `python benchmarks/saves.py --compare {args.compare} --count {args.count} --repeats {args.repeats}`,
+Command: `python benchmarks/saves.py --compare {args.compare} --count {args.count} \
+--repeats {args.repeats}`,
 run {r['date']}, {fmt(r['elapsed_s'])} s in all. Each package on its own redis-server;
 each run a fresh process of the package's interpreter that makes {args.count:,} entries of
 its own (every 60 s, or the crontab `*/5`) through the package's public API, after an

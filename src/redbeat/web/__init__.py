@@ -43,6 +43,28 @@ def registered_tasks(celery_app: Celery) -> Callable[[], Collection[str] | None]
     return read
 
 
+def refusal(settings: WebSettings,
+            authorize: Callable[[dict[str, Any]], bool] | None) -> Response | None:
+    """What a request is answered instead of being served (None: serve it): the host
+    app's login when mounted, else the Host check and the credentials; then, for a
+    change, read-only mode and the CSRF token. Aborts with 403 where a page says why."""
+    if authorize is not None:
+        if not authorize(request.environ):
+            abort(403, "log in to the application this view is part of")
+    elif not host_allowed(request.headers.get("Host"), settings):
+        abort(403, "this server answers only to local names (127.0.0.1, localhost) "
+                   "when it has no credentials")
+    if authorize is None and not authorized(request.headers.get("Authorization"), settings):
+        return Response("authentication required\n", 401,
+                        {"WWW-Authenticate": 'Basic realm="redbeat"'})
+    if request.method not in ("GET", "HEAD"):
+        if settings.read_only:
+            abort(403, "read-only mode: nothing can be changed here")
+        if not csrf_valid(request.form.get(CSRF_FIELD), session.get(CSRF_FIELD)):
+            abort(403, "missing or wrong CSRF token: load the page again and resubmit")
+    return None
+
+
 def create_app(celery_app: Celery, settings: WebSettings | None = None,
                zone: Any = None, check_tasks: bool = True,
                authorize: Callable[[dict[str, Any]], bool] | None = None) -> Flask:
@@ -72,24 +94,7 @@ def create_app(celery_app: Celery, settings: WebSettings | None = None,
     app.extensions["redbeat.metrics"] = schedule_registry(celery_app)
     app.register_blueprint(views.blueprint)
 
-    @app.before_request
-    def guard() -> Response | None:
-        if authorize is not None:
-            if not authorize(request.environ):
-                abort(403, "log in to the application this view is part of")
-        elif not host_allowed(request.headers.get("Host"), settings):
-            abort(403, "this server answers only to local names (127.0.0.1, localhost) "
-                       "when it has no credentials")
-        if authorize is None and not authorized(request.headers.get("Authorization"),
-                                                settings):
-            return Response("authentication required\n", 401,
-                            {"WWW-Authenticate": 'Basic realm="redbeat"'})
-        if request.method not in ("GET", "HEAD"):
-            if settings.read_only:
-                abort(403, "read-only mode: nothing can be changed here")
-            if not csrf_valid(request.form.get(CSRF_FIELD), session.get(CSRF_FIELD)):
-                abort(403, "missing or wrong CSRF token: load the page again and resubmit")
-        return None
+    app.before_request(lambda: refusal(settings, authorize))
 
     @app.after_request
     def headers(response: Response) -> Response:
