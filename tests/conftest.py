@@ -23,6 +23,14 @@ from support.redis_server import RedisServer, require_redis_server  # noqa: E402
 senders.install()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that run real processes (marked ``e2e``) go first, each file's order kept:
+    they are the long ones, and with ``-n 2`` (and ``--dist worksteal``, pyproject.toml) a
+    long test begun last would leave one worker running it alone while the other idles;
+    begun first, the many short tests fill in around them."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
+
+
 @pytest.fixture(autouse=True)
 def only_the_store_talks_to_redis() -> Iterator[None]:
     """Fails the test during which a redbeat module other than the store sent a Redis
