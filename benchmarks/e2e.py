@@ -176,12 +176,8 @@ class EndToEnd(bench.Bench):
             server.cleanup()
         self.results["elapsed_s"] = time.perf_counter() - self.began
         self.results["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        (HERE / "e2e.json").write_text(json.dumps(self.results, indent=1, default=str))
-        section = report(self.results, args)
-        target = HERE / "RESULTS.md"
-        old = target.read_text() if target.exists() else "# Benchmark results\n"
-        target.write_text(sections.splice(old, "e2e", section))
-        print(section)
+        sections.publish("e2e", self.results, report(self.results, args),
+                         write=not args.no_write)
 
 
 def pooled(r: dict[str, Any], key: str, impl: str) -> list[float]:
@@ -293,20 +289,15 @@ redis-server's, which holds both the schedule and the broker: from 0.3 s before 
 time to the end for the packages, around the same work for the floor. A loaded machine
 makes the wall times wait for a CPU, not the CPU times.
 
-| target | measured | |
-|---|---|---|
-{chr(10).join(targets)}
-
-{chr(10).join(rows)}
-"""
+""" + sections.tables(targets, rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--compare", metavar="PYTHON",
                         help="an interpreter with celery-redbeat installed, measured alongside")
-    parser.add_argument("--ours", metavar="PYTHON", default=str(
-        bench.REPO_VENV_PYTHON if bench.REPO_VENV_PYTHON.exists() else sys.executable))
+    sections.add_ours_option(parser)
+    sections.add_no_write_option(parser)
     parser.add_argument("--sizes", default="10000",
                         help="N, comma-separated; N after the first: ours only, for flatness")
     parser.add_argument("--k", default="1000", help="K due at once, comma-separated")

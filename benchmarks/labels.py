@@ -143,12 +143,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--share", type=float, default=0.1)
+    sections.add_no_write_option(parser)
     args = parser.parse_args()
     results = run(args.n, args.share)
-    (HERE / "labels.json").write_text(json.dumps(results, indent=2))
-    target = HERE / "RESULTS.md"
-    target.write_text(sections.splice(target.read_text(), "labels", table(results)))
-    print(table(results))
+    sections.publish("labels", results, table(results), write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ time, so a run takes ``--bursts`` + 1 minutes or so. Writes its section of RESUL
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import sys
@@ -153,12 +152,7 @@ django-celery-beat's tables are made by its own migrations on SQLite and filled 
 its models{f" ({setup['tasks']:,} tasks)" if setup else ""}; see README.md for its venv.
 The machine is shared: compare the ratios.
 
-| target | measured | |
-|---|---|---|
-{chr(10).join(targets)}
-
-{chr(10).join(rows)}
-"""
+""" + sections.tables(targets, rows)
 
 
 def main() -> None:
@@ -167,8 +161,8 @@ def main() -> None:
                         help="an interpreter with celery-redbeat 2.4.2 installed")
     parser.add_argument("--django", metavar="PYTHON",
                         help="an interpreter with django-celery-beat installed")
-    parser.add_argument("--ours", metavar="PYTHON", default=str(
-        bench.REPO_VENV_PYTHON if bench.REPO_VENV_PYTHON.exists() else sys.executable))
+    sections.add_ours_option(parser)
+    sections.add_no_write_option(parser)
     parser.add_argument("--n", type=int, default=10_000, help="entries in all")
     parser.add_argument("--k", type=int, default=1_000, help="crontabs * * * * * among them")
     parser.add_argument("--bursts", type=int, default=2, help="measured bursts per run")
@@ -178,12 +172,7 @@ def main() -> None:
     parser.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
     args = parser.parse_args()
     results = run(args)
-    (HERE / "minute.json").write_text(json.dumps(results, indent=1))
-    section = report(results, args)
-    target = HERE / "RESULTS.md"
-    old = target.read_text() if target.exists() else "# Benchmark results\n"
-    target.write_text(sections.splice(old, "minute", section))
-    print(section)
+    sections.publish("minute", results, report(results, args), write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ mean per call; ratios are taken within this run. Writes its section of RESULTS.m
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import sys
@@ -102,20 +101,15 @@ unmeasured warm-up of 200 (the connection, the scripts): `save()` of each new en
 per package, the packages in alternation. Round trips are counted client side (each
 request redis-py writes). The machine is shared: compare the ratios.
 
-| target | measured | |
-|---|---|---|
-{chr(10).join(targets)}
-
-{chr(10).join(rows)}
-"""
+""" + sections.tables(targets, rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--compare", metavar="PYTHON", required=True,
                         help="an interpreter with celery-redbeat 2.4.2 installed")
-    parser.add_argument("--ours", metavar="PYTHON", default=str(
-        bench.REPO_VENV_PYTHON if bench.REPO_VENV_PYTHON.exists() else sys.executable))
+    sections.add_ours_option(parser)
+    sections.add_no_write_option(parser)
     parser.add_argument("--count", type=int, default=2000, help="entries per run")
     parser.add_argument("--repeats", type=int, default=5, help="runs per package and schedule")
     parser.add_argument("--before", metavar="SRC",
@@ -123,12 +117,7 @@ def main() -> None:
     parser.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
     args = parser.parse_args()
     results = run(args)
-    (HERE / "saves.json").write_text(json.dumps(results, indent=1))
-    section = report(results, args)
-    target = HERE / "RESULTS.md"
-    old = target.read_text() if target.exists() else "# Benchmark results\n"
-    target.write_text(sections.splice(old, "saves", section))
-    print(section)
+    sections.publish("saves", results, report(results, args), write=not args.no_write)
 
 
 if __name__ == "__main__":

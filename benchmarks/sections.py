@@ -7,6 +7,16 @@ the file, keeps all of them).
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+#: The repository's own virtualenv, where ours is measured unless ``--ours`` says otherwise.
+REPO_VENV_PYTHON = HERE.parent / ".venv" / "bin" / "python"
+
 #: In the order they appear, after the title and its list of the machine and versions.
 NAMES = ("e2e", "minute", "saves", "labels")
 
@@ -50,3 +60,33 @@ def keep(old: str, new: str) -> str:
         if section.strip():
             new = splice(new, name, section)
     return new
+
+
+def add_ours_option(parser: argparse.ArgumentParser) -> None:
+    """``--ours``: the interpreter ours runs under (the repository's .venv by default)."""
+    parser.add_argument("--ours", metavar="PYTHON", default=str(
+        REPO_VENV_PYTHON if REPO_VENV_PYTHON.exists() else sys.executable))
+
+
+def add_no_write_option(parser: argparse.ArgumentParser) -> None:
+    """``--no-write``: print the section only, so that figures from a loaded machine or
+    from a tree in progress stay out of RESULTS.md."""
+    parser.add_argument("--no-write", action="store_true",
+                        help="print the section; leave RESULTS.md and the JSON unwritten")
+
+
+def tables(targets: list[str], rows: list[str]) -> str:
+    """A section's closing tables: the targets met or not, then the figures."""
+    return ("| target | measured | |\n|---|---|---|\n" + "\n".join(targets) + "\n\n"
+            + "\n".join(rows) + "\n")
+
+
+def publish(name: str, results: dict[str, Any], section: str, write: bool = True) -> None:
+    """Print ``section``; unless told not to, keep ``results`` as ``NAME.json`` and put
+    the section in its place in RESULTS.md (the other sections kept)."""
+    if write:
+        (HERE / f"{name}.json").write_text(json.dumps(results, indent=1, default=str))
+        target = HERE / "RESULTS.md"
+        old = target.read_text() if target.exists() else "# Benchmark results\n"
+        target.write_text(splice(old, name, section))
+    print(section)
