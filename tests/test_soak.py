@@ -1,6 +1,8 @@
-"""Soak: three real beat nodes for a minute while a seeded random writer pours valid and
-hostile writes into the schedule and the leader is killed (SIGKILL, then restarted) or
-frozen (SIGSTOP past its lock, then SIGCONT) at random.
+"""Soak: three real beat nodes while a seeded random writer pours valid and hostile
+writes into the schedule and the leader is killed (SIGKILL, then restarted), frozen
+(SIGSTOP past its lock, then SIGCONT) and cut off from the broker, in a seeded order.
+Each disruption waits for the leader before it to have sent a few messages: the pace is
+counted in sends, not seconds, so a loaded machine only makes the soak longer.
 
 Hostile writes: malformed JSON, unknown schedule types, poison definitions, names that
 are internal keys (raw HSET/ZADD), members outside the prefix, garbage pending records,
@@ -17,7 +19,8 @@ broker's queue (nothing consumes it). At the end:
 - every surviving valid entry's run count is the slots it sent or holds pending;
 - the other application's keys were never written.
 
-REDBEAT_SOAK_SEED overrides the seed (printed), REDBEAT_SOAK_SECONDS the duration.
+REDBEAT_SOAK_SEED overrides the seed (printed). REDBEAT_SOAK_SECONDS makes it a longer
+soak: kills and freezes go on (at random) until that many seconds have passed.
 """
 
 from __future__ import annotations
@@ -41,14 +44,20 @@ from support.broker_audit import (
     slots_by_entry,
 )
 from support.held import forge_record, held_definitions, held_ids
-from support.processes import Cluster
+from support.processes import LIVENESS, Cluster
 from support.redis_server import RedisServer
 from support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
 SEED = int(os.environ.get("REDBEAT_SOAK_SEED", "20261123"))
-DURATION = float(os.environ.get("REDBEAT_SOAK_SECONDS", "62"))
+#: Disrupt at random until this long after the first leader; by default (0) only the
+#: plan: one kill, one freeze and one broker outage.
+DURATION = float(os.environ.get("REDBEAT_SOAK_SECONDS", "0"))
+PLAN = ("kill", "freeze", "outage")
+#: Messages the leader sends between two disruptions (3-4 s of the writer's entries): a
+#: node led meanwhile, so the cadence is judged on slots a leader could send
+LEAD_SENDS = 8
 LOCK_TIMEOUT = 3
 PREFIX = "redbeat:"
 SCHEDULE = "redbeat::schedule"
@@ -225,7 +234,7 @@ def lock_holder_pid(client: redis.Redis) -> int | None:
 
 
 class Chaos:
-    """Kills or freezes the leader (the live node holding the lock) every few seconds."""
+    """Kills, freezes or cuts off the leader (the live node holding the lock)."""
 
     def __init__(self, cluster: Cluster, client: redis.Redis, rng: random.Random,
                  broker: RedisServer) -> None:
@@ -242,6 +251,22 @@ class Chaos:
         return next((n for n in self.nodes if n.pid == pid and n.process.poll() is None
                      and not n.paused), None)
 
+    def current_leader(self):
+        """The leader, waited for while the lock is between two nodes."""
+        wait_until(lambda: self.leader() is not None, LIVENESS, "a leader")
+        return self.leader() or self.current_leader()
+
+    def lead(self) -> None:
+        """Return once the broker's queue holds LEAD_SENDS more messages: a leader ran
+        meanwhile (a count, so a slow machine waits longer instead of failing)."""
+        queue = redis.Redis.from_url(self.broker.url)  # a new client: the broker restarts
+        try:
+            base = queue.llen("celery")
+            wait_until(lambda: queue.llen("celery") >= base + LEAD_SENDS, LIVENESS,
+                       f"{LEAD_SENDS} sends", interval=0.1)
+        finally:
+            queue.close()
+
     def broker_outage(self, meanwhile) -> None:
         """The broker down for a few seconds: what the leader claims meanwhile is held
         (pending, its definition held once) and sent when the broker is back."""
@@ -253,11 +278,10 @@ class Chaos:
         self.broker.start()
         self.outage = (begin, time.time())
 
-    def disrupt(self) -> None:
-        old = self.leader()
-        if old is None:
-            return
-        action = self.rng.choice(["kill", "freeze"])
+    def disrupt(self, action: str, meanwhile) -> None:
+        if action == "outage":
+            return self.broker_outage(meanwhile)
+        old = self.current_leader()
         begin = time.time()
         if action == "kill":
             old.kill()
@@ -266,7 +290,7 @@ class Chaos:
             self.nodes.append(self.cluster.beat(f"beat{len(self.nodes) + len(self.killed)}"))
         else:
             old.freeze()
-        wait_until(lambda: self.leader() not in (None, old), LOCK_TIMEOUT + 10, "a new leader")
+        wait_until(lambda: self.leader() not in (None, old), LIVENESS, "a new leader")
         self.takeovers.append(time.time() - begin)
         self.leaderless.append((begin, time.time(), action))
         if action == "freeze":
@@ -291,6 +315,12 @@ def cadence(valid: Valid, sent: list[int], windows, until: float) -> tuple[int, 
     return len(set(expected) & set(sent)), len(expected), len(grid)
 
 
+def held_before(client: redis.Redis, names, until: float) -> list[str]:
+    """The held slots of entries ``names`` due before ``until``."""
+    return [task_id for task_id in held_ids(client) if task_id.rsplit(":", 1)[0] in names
+            and int(task_id.rsplit(":", 1)[1]) <= until * 1000]
+
+
 def run_soak(tmp_path, redis_url: str, broker: RedisServer):
     rng = random.Random(SEED)
     client = redis.Redis.from_url(redis_url, decode_responses=True)
@@ -302,23 +332,25 @@ def run_soak(tmp_path, redis_url: str, broker: RedisServer):
         writer.do_create()
     chaos = Chaos(cluster, client, random.Random(rng.randrange(2**32)), broker)
     try:
-        wait_until(lambda: chaos.leader() is not None, 120, "a first leader")
+        wait_until(lambda: chaos.leader() is not None, LIVENESS, "a first leader")
         # no node led before the first came up (several seconds when three beats start on
         # a loaded machine): those slots are one catch-up run, as after any disruption
         chaos.leaderless.append((created, time.time(), "start"))
         writer.start()
         began = time.time()
-        while time.time() - began < DURATION - 6:
-            time.sleep(chaos.rng.uniform(5.0, 9.0))
-            if chaos.outage is None and time.time() - began > DURATION / 2:
-                chaos.broker_outage(writer.forge_held)
-            else:
-                chaos.disrupt()
-        time.sleep(max(0.0, began + DURATION - time.time()))
+        plan = list(PLAN)
+        chaos.rng.shuffle(plan)
+        while plan or time.time() - began < DURATION:
+            chaos.lead()
+            action = plan.pop() if plan else chaos.rng.choice(["kill", "freeze"])
+            chaos.disrupt(action, writer.forge_held)
+        chaos.lead()
         writer.stop.set()
         writer.join(10)
         until = time.time()
-        time.sleep(3.0)  # the leader re-sends what is still pending
+        # the leader re-sends what is still pending (held over a disruption)
+        wait_until(lambda: not held_before(client, writer.valid, until), LIVENESS,
+                   "the held slots re-sent")
         alive = {n.name: n.process.poll() for n in chaos.nodes}
     finally:
         writer.stop.set()
@@ -328,7 +360,7 @@ def run_soak(tmp_path, redis_url: str, broker: RedisServer):
 
 
 def test_soak(tmp_path, redis_server):
-    print(f"\nsoak seed {SEED} (REDBEAT_SOAK_SEED), {DURATION:.0f} s")
+    print(f"\nsoak seed {SEED} (REDBEAT_SOAK_SEED), at least {DURATION:.0f} s")
     with RedisServer(persistent=True) as broker:  # keeps its queue over the outage
         writer, chaos, client, began, until, alive, exits = run_soak(
             tmp_path, redis_server.url, broker)
