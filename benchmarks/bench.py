@@ -108,13 +108,19 @@ def _clean_by_scan(client: redis.Redis, size: int) -> None:
 # -- workers and the floor -----------------------------------------------------------------
 
 
+#: an earlier tree of ours measured as "before" (``--before SRC``), in the same alternation
+BEFORE = "before"
+SOURCES: dict[str, str] = {}
+
+
 def environment(impl: str) -> dict[str, str]:
     """The workers' environment: ours imports this checkout's ``src`` first, whatever
-    the interpreter has installed; celery-redbeat's interpreter gets no PYTHONPATH, which
-    would otherwise put our ``redbeat`` in front of the one it has installed."""
+    the interpreter has installed ("before" imports the ``src`` it was given);
+    celery-redbeat's interpreter gets no PYTHONPATH, which would otherwise put our
+    ``redbeat`` in front of the one it has installed."""
     env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
     if impl != "celery-redbeat":
-        env["PYTHONPATH"] = str(HERE.parent / "src")
+        env["PYTHONPATH"] = SOURCES.get(impl, str(HERE.parent / "src"))
     return env
 
 
@@ -247,6 +253,9 @@ class Bench:
         self.impls = {"ours": args.ours}
         if args.compare:
             self.impls["celery-redbeat"] = args.compare
+        if getattr(args, "before", None):
+            self.impls[BEFORE] = self.impls["ours"]
+            SOURCES[BEFORE] = str(Path(args.before).resolve())
         self.results: dict[str, Any] = {"cases": {}, "floor": {}, "memory": {}}
         self.flip = False
 

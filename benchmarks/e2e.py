@@ -241,6 +241,15 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> str:  # noqa: C901
     def target(name: str, figure: str, met: bool) -> None:
         targets.append(f"| {name} | {figure} | {'**met**' if met else '**NOT met**'} |")
 
+    if bench.BEFORE in r["implementations"]:
+        for case in r["e2e"]:
+            key = case["key"]
+            before = r["cases"][key].get(bench.BEFORE, {}).get("seconds", float("nan"))
+            ours = r["cases"][key].get("ours", {}).get("seconds", float("nan"))
+            targets.append(f"| {key}: ours / before (`--before`), same window | "
+                           f"{fmt(ours * 1000)} / {fmt(before * 1000)} ms; CPU "
+                           f"{fmt(cpu_ms(r, key, 'ours'))} / "
+                           f"{fmt(cpu_ms(r, key, bench.BEFORE))} ms | |")
     first = args.sizes[0]
     redis_case = seen.get(("redis", 1000, first))
     if redis_case:
@@ -306,6 +315,8 @@ def main() -> None:
     parser.add_argument("--rabbitmq", default=os.environ.get("REDBEAT_BENCH_RABBITMQ", RABBITMQ),
                         help="the RabbitMQ URL (skipped when nothing listens there)")
     parser.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
+    parser.add_argument("--before", metavar="SRC",
+                        help="an earlier tree of ours (its src), measured in the same alternation")
     args = parser.parse_args()
     args.sizes = [int(n) for n in args.sizes.split(",")]
     args.k = [int(k) for k in args.k.split(",")]
