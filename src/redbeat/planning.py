@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from celery import Celery
 
@@ -133,6 +133,7 @@ def quarantine_reason(reason: str, now: datetime, node: str) -> str:
 def plan_row(
     app: Celery, row: Row, now: datetime, policy: TickSettings, plan: Plan,
     entry_class: type[RedBeatSchedulerEntry], keys: KeyLayout | None = None,
+    timings: Timings | None = None,
 ) -> None:
     keys = keys or ensure_conf(app).keys
     if not keys.is_entry_key(row.key):
@@ -159,7 +160,9 @@ def plan_row(
         _look_again(row, entry, now, plan)
         return
     rules = entry.policy.with_default_grace(policy.misfire_grace_time)
-    run = next_run(entry.schedule, rules, entry.name, entry.last_run_at, now, row.score)
+    timing = timings.get(entry, rules, row.score, now) if timings is not None else None
+    run = timing.run if timing is not None else \
+        next_run(entry.schedule, rules, entry.name, entry.last_run_at, now, row.score)
     if run is None:
         logger.info("beat: %s has no more runs; parked", entry.name)
         plan.ops.append(Op("update", row.key, row.fingerprint, PARKED_SCORE,
@@ -172,22 +175,86 @@ def plan_row(
         # stored early (written by celery-redbeat or by hand): correct it, send nothing
         plan.ops.append(Op("update", row.key, row.fingerprint, run.score))
         return
-    _claim(row, entry, rules, run, now, policy, plan)
+    _claim(row, entry, rules, run, now, policy, plan,
+           catch_up=timing.catch_up if timing is not None else None)
 
 
-def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: NextRun,
-           now: datetime, policy: TickSettings, plan: Plan,
-           fields: list[tuple[str, str]] | None = None) -> None:
-    """Claim the slots of a due entry: coalesced or one by one, minus those too late.
-    ``fields``: other fields to write with them (a watched entry's lost run)."""
+class CatchUp(NamedTuple):
+    """What a due slot comes to at "now" (lists shared between entries: never mutated)."""
+
+    slots: list[datetime]  # the slots to run now, oldest first (one when coalescing)
+    dropped: int  # older ones past the catch-up bound
+    runs: list[datetime]  # of ``slots``, those within the misfire grace
+    skipped: list[datetime]  # of ``slots``, those past it
+    following: NextRun | None  # the slot after the latest
+
+
+def due_slots(schedule: Any, rules: EntryPolicy, name: str, run: NextRun,
+             now: datetime) -> CatchUp:
     due = run.due
-    slots, dropped = rules.missed(entry.schedule, due, now)
+    slots, dropped = rules.missed(schedule, due, now)
     runs, skipped = slots, []  # type: list[datetime], list[datetime]
     if rules.misfire_grace_time is not None:
         runs = []
         for slot in slots:
-            send_at = run.send_at if slot == due else rules.send_time(entry.name, slot)
+            send_at = run.send_at if slot == due else rules.send_time(name, slot)
             (skipped if rules.too_late(send_at, now) else runs).append(slot)
+    return CatchUp(slots, dropped, runs, skipped,
+                   following_run(schedule, rules, name, slots[-1]))
+
+
+class Timing(NamedTuple):
+    run: NextRun | None
+    catch_up: CatchUp | None  # for a run due by "now"
+
+
+class Timings:
+    """The next run and catch-up of entries planned in one batch, worked out once for
+    entries that share them: a burst is hundreds of entries with one schedule object
+    (the definition cache shares equal ones), one policy object, one last run and so one
+    next run, and each entry's own walk through the rule cost as much as the rest of
+    its planning. What the rule answers depends on the entry's name only through its
+    jitter, so an entry with a jitter is worked out on its own. The entries keyed are
+    held, so the objects whose ids make a key outlive the batch's use of it."""
+
+    def __init__(self) -> None:
+        self.known: dict[tuple[Any, ...], tuple[Any, EntryPolicy, Timing]] = {}
+
+    def get(self, entry: RedBeatSchedulerEntry, rules: EntryPolicy, score: float | None,
+            now: datetime) -> Timing:
+        schedule, stored, last = entry.schedule, entry.policy, entry.last_run_at
+        if rules.jitter:
+            return self._work_out(entry, rules, score, now)
+        # ``rules`` is the stored policy with the batch's default grace (one per batch);
+        # the score is read only for an entry that never ran (nextrun.next_run)
+        key = (id(schedule), id(stored), last, score if last is None else None)
+        known = self.known.get(key)
+        if known is not None and known[0] is schedule and known[1] is stored:
+            return known[2]
+        timing = self._work_out(entry, rules, score, now)
+        self.known[key] = (schedule, stored, timing)
+        return timing
+
+    @staticmethod
+    def _work_out(entry: RedBeatSchedulerEntry, rules: EntryPolicy, score: float | None,
+                  now: datetime) -> Timing:
+        run = next_run(entry.schedule, rules, entry.name, entry.last_run_at, now, score)
+        due = run is not None and run.send_at <= now
+        return Timing(run, due_slots(entry.schedule, rules, entry.name, run, now)
+                      if due and run is not None else None)
+
+
+def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: NextRun,
+           now: datetime, policy: TickSettings, plan: Plan,
+           fields: list[tuple[str, str]] | None = None,
+           catch_up: CatchUp | None = None) -> None:
+    """Claim the slots of a due entry: coalesced or one by one, minus those too late.
+    ``fields``: other fields to write with them (a watched entry's lost run);
+    ``catch_up``: what its slots come to, when known already."""
+    due = run.due
+    if catch_up is None:
+        catch_up = due_slots(entry.schedule, rules, entry.name, run, now)
+    slots, dropped, runs, skipped, following = catch_up
     if slots[0] != due and rules.coalesce:
         logger.info("beat: %s missed slots from %s; one catch-up run for %s",
                     entry.name, due, slots[-1])
@@ -203,7 +270,6 @@ def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: Next
         _count_misfires(row, fields, len(skipped) + dropped, skipped[-1] if skipped else None)
     if overlapping:
         _count_misfires(row, fields, overlapping, runs[0], "overlap")
-    following = following_run(entry.schedule, rules, entry.name, slots[-1])
     _send(row, entry, rules, runs, fields, score_of(following),
           int(rules.ttl or 0) if following is None else 0, now, policy, plan)
 
@@ -364,10 +430,11 @@ def plan_batch(
 ) -> Plan:
     plan = Plan()
     keys = ensure_conf(app).keys
+    timings = Timings()
     with remembering():  # entries on one schedule, due at one slot: worked out once
         for row in rows:
             try:
-                plan_row(app, row, now, policy, plan, entry_class, keys)
+                plan_row(app, row, now, policy, plan, entry_class, keys, timings)
             except Exception as exc:
                 # Whatever an entry holds, it must not stop the others: quarantine it.
                 logger.exception("beat: Quarantined %s: planning it failed",
