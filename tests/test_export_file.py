@@ -5,16 +5,18 @@ redis-server)."""
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 
 from redbeat.export_file import FORMAT, JsonReader, JsonWriter, header
-from support.waiting import wait_until
 
 RECORDS = [{"name": "a", "score": 1.5, "static": False, "definition": {"task": "t"},
             "meta": None, "policy": None},
@@ -117,9 +119,37 @@ def test_export_then_import_elsewhere_streams_with_a_summary(redis_server, tmp_p
         "redbeat:job-002999", "definition")
 
 
-#: Enough entries that each command is still writing when Ctrl-C comes (a few percent in):
-#: 60,000 cost this test most of a minute on a loaded machine.
-INTERRUPTED = 20_000
+#: Entries in the schedule Ctrl-C interrupts: each command's output (1.3 MB exported, 70 KB
+#: of import lines, 600 KB listed) is several times what it can write before it blocks on
+#: the held pipe (see :func:`interrupted`), whatever the machine's speed.
+INTERRUPTED = 5000
+
+
+def interrupted(url: str, *args: str, after: int) -> tuple[int, str, str]:
+    """Run ``redbeat args`` and Ctrl-C it while it still has most of its output to write.
+
+    Standard output is a pipe of 4 KB that this test reads; once ``after`` bytes came it
+    reads no more, so the command blocks on a write (4 KB in the pipe, at most 16 KB in
+    its own buffers) and cannot finish, however fast it runs. SIGINT comes then, and the
+    rest is read. Returns the exit status, all of standard output, standard error."""
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    with os.fdopen(read_end, "rb") as out:
+        process = redbeat(url, *args, stdout=write_end, stderr=subprocess.PIPE)
+        os.close(write_end)
+        head = b""
+        while len(head) < after:
+            chunk = out.read1(after - len(head))
+            assert chunk, f"redbeat {' '.join(args)} ended after {len(head)} bytes"
+            head += chunk
+        process.send_signal(signal.SIGINT)
+        rest: list[bytes] = []
+        reader = threading.Thread(target=lambda: rest.append(out.read()), daemon=True)
+        reader.start()
+        _, err = process.communicate(timeout=120)
+        reader.join(120)
+    assert rest, "standard output was not read to its end"
+    return process.returncode, (head + rest[0]).decode(), err
 
 
 @pytest.mark.redis_server
@@ -127,61 +157,45 @@ def test_ctrl_c_says_what_was_written_and_exits_130(redis_server, tmp_path):
     client = redis_server.client()
     fill(client, INTERRUPTED)
     # export: stopped once it has begun writing
-    path = tmp_path / "export.json"
-    with open(path, "w") as out:
-        export = redbeat(redis_server.url, "export", stdout=out, stderr=subprocess.PIPE)
-        wait_until(lambda: path.stat().st_size > 100_000, 120, "the export to start")
-        export.send_signal(signal.SIGINT)
-        _, err = export.communicate(timeout=120)
-    assert export.returncode == 130, err
+    status, out, err = interrupted(redis_server.url, "export", after=20_000)
+    assert status == 130, err
     (line,) = err.splitlines()
     assert line.startswith("error: interrupted: ") and line.endswith(
         f" of {INTERRUPTED} entries written; the output is incomplete (not a valid export)")
     count = int(line.split()[2])
     assert 0 < count < INTERRUPTED
-    assert len(path.read_text().splitlines()) == count + 1  # the header, a line each
+    assert len(out.splitlines()) == count + 1  # the header, a line each
     # import: stopped between two batches; what it says it wrote is what Redis holds
     full = tmp_path / "full.json"
-    with open(full, "w") as out:
-        assert redbeat(redis_server.url, "export", stdout=out,
+    with open(full, "w") as out_file:
+        assert redbeat(redis_server.url, "export", stdout=out_file,
                        stderr=subprocess.DEVNULL).wait(300) == 0
-    log = tmp_path / "import.log"
-    with open(log, "w") as out:
-        load = redbeat(redis_server.url, "--prefix", "copy:", "import", str(full),
-                       stdout=out, stderr=subprocess.PIPE)
-        wait_until(lambda: log.read_text().count("\n") > 1000, 300, "the import to write")
-        load.send_signal(signal.SIGINT)
-        _, err = load.communicate(timeout=120)
-    assert load.returncode == 130, err
+    status, out, err = interrupted(redis_server.url, "--prefix", "copy:", "import", str(full),
+                                   after=3000)
+    assert status == 130, err
     (line,) = err.splitlines()
     assert line.startswith("error: interrupted: created ") and "the rest was not imported" \
         in line, line
     created = int(line.split("created ")[1].split(",")[0])
     assert 0 < created < INTERRUPTED and created % 500 == 0  # whole batches
     assert client.zcard("copy::schedule") == created
-    assert log.read_text().count("  + ") == created
+    assert out.count("  + ") == created
     # the same import again finishes it
     again = redbeat(redis_server.url, "--prefix", "copy:", "import", str(full), "--quiet",
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, _ = again.communicate(timeout=300)
     assert out == f"created {INTERRUPTED - created}, updated 0, unchanged {created}, pruned 0\n"
     # list: stopped while printing
-    lines = tmp_path / "list.txt"
-    with open(lines, "w") as out:
-        listing = redbeat(redis_server.url, "list", stdout=out, stderr=subprocess.PIPE)
-        wait_until(lambda: lines.stat().st_size > 50_000, 120, "the listing to start")
-        listing.send_signal(signal.SIGINT)
-        _, err = listing.communicate(timeout=120)
-    assert listing.returncode in (0, 130), err  # it may have finished first
-    if listing.returncode == 130:
-        assert err.startswith("error: interrupted after ") and "--offset" in err
+    status, out, err = interrupted(redis_server.url, "list", after=20_000)
+    assert status == 130, err
+    assert err.startswith("error: interrupted after ") and "--offset" in err
+    shown = int(err.split()[3])
+    assert 0 < shown < INTERRUPTED and out.count("job-") == shown
 
 
 @pytest.mark.redis_server
 def test_a_progress_bar_on_a_terminal_none_with_quiet(redis_server, tmp_path):
-    import os
     import pty
-    import threading
 
     fill(redis_server.client(), 2000)
     for quiet in ([], ["--quiet"]):
