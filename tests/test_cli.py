@@ -7,12 +7,15 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import click
 import pytest
-from click.testing import CliRunner
+from celery import Celery
+from click.testing import CliRunner, Result
 
 from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
@@ -238,60 +241,72 @@ def test_list_show_export_survive_a_deeply_nested_and_an_out_of_range_entry(run,
 
 # -- the global options under `celery -A proj redbeat` -----------------------------------
 
-PROJECT = """
-from celery import Celery
-app = Celery("proj", broker="memory://")
-app.conf.redbeat_redis_url = {url!r}
-app.conf.timezone = "Europe/Paris"
-# kombu's option: must never reach redis-py (it refuses unknown keyword arguments)
-app.conf.broker_transport_options = {{"visibility_timeout": 3600}}
-"""
+
+def celery_redbeat(project: Callable[[], Celery], *args: str) -> Result:
+    """``celery -A proj redbeat ARGS`` in this process: click's runner, a new app of the
+    project (as each process imports its own) handed over as Celery's command line hands
+    it (``ctx.obj.app``). What is tested is how the command reads the app's settings and
+    its own options; the real ``celery -A`` process (the plugin found, the app imported)
+    is test_module_and_celery_subcommand's."""
+    return CliRunner().invoke(main, list(args), obj=SimpleNamespace(app=project()),
+                              catch_exceptions=False)
 
 
-def celery_redbeat(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "celery", "-A", "proj", "redbeat", *args],
-                          capture_output=True, text=True, cwd=directory, timeout=60)
+def project_app(url: str, **conf: object) -> Celery:
+    """A project's app as its module would configure it: its own zone, and kombu's
+    ``visibility_timeout``, which must never reach redis-py (it refuses unknown keyword
+    arguments)."""
+    return make_app(url, timezone="Europe/Paris",
+                    broker_transport_options={"visibility_timeout": 3600}, **conf)
+
+
+#: The project's settings fall back to broker_transport_options, which redbeat says is
+#: deprecated (as a process prints on standard error)
+FALLBACK_WARNED = pytest.mark.filterwarnings(
+    "ignore:redbeat_redis_options is not set:DeprecationWarning")
 
 
 @pytest.fixture
-def project(redis_server, tmp_path):
-    (tmp_path / "proj.py").write_text(PROJECT.format(url=redis_server.url))
-    app = make_app(redis_server.url)
+def project(redis_server) -> Callable[[], Celery]:
     for name in ("live-a", "live-b"):
-        RedBeatSchedulerEntry(name, "tasks.live", 3600.0, app=app).save()
-    return tmp_path
+        RedBeatSchedulerEntry(name, "tasks.live", 3600.0,
+                              app=make_app(redis_server.url)).save()
+    return lambda: project_app(redis_server.url)
 
 
+@FALLBACK_WARNED
 def test_celery_form_works_with_broker_transport_options(project):
     listing = celery_redbeat(project, "list")
-    assert listing.returncode == 0, listing.stderr
+    assert listing.exit_code == 0, listing.stderr
     assert "live-a" in listing.stdout and "TypeError" not in listing.stderr
 
 
-def test_celery_form_honours_prefix(project, redis_server):
-    export = project / "big.json"
+@FALLBACK_WARNED
+def test_celery_form_honours_prefix(project, redis_server, tmp_path):
+    export = tmp_path / "big.json"
     export.write_text(json.dumps({"format": "redbeat-export/1", "prefix": "x", "entries": [
         {"name": "new-one", "score": 0, "static": False, "meta": None, "definition": {
             "name": "new-one", "task": "tasks.new", "schedule": {
                 "__type__": "interval", "every": 60, "relative": False}}}]}))
     dry = celery_redbeat(project, "--prefix", "newprefix:", "import", str(export), "--prune",
                          "--dry-run")
-    assert dry.returncode == 0, dry.stderr
+    assert dry.exit_code == 0, dry.stderr
     assert "would create 1, would update 0, unchanged 0, would prune 0" in dry.stdout, dry.stdout
     assert "live-a" not in dry.stdout
     done = celery_redbeat(project, "--prefix", "newprefix:", "import", str(export), "--prune")
-    assert done.returncode == 0 and "pruned 0" in done.stdout
+    assert done.exit_code == 0 and "pruned 0" in done.stdout
     client = redis_server.client()
     assert client.exists("newprefix:new-one") and client.exists("redbeat:live-a")
     assert "new-one" in celery_redbeat(project, "--prefix", "newprefix:", "list").stdout
     assert "new-one" not in celery_redbeat(project, "list").stdout
 
 
+@FALLBACK_WARNED
 def test_celery_form_honours_url_and_timezone(project, redis_server):
     other = redis_server.url[:-1] + "3"  # db 3 of the same server
     RedBeatSchedulerEntry("elsewhere", "tasks.e", 60.0, app=make_app(other)).save()
     listing = celery_redbeat(project, "--url", other, "list", "--json")
-    assert listing.returncode == 0, listing.stderr
+    assert listing.exit_code == 0, listing.stderr
     assert [record["name"] for record in json_lines(listing.stdout)] == ["elsewhere"]
     client = redis_server.client()
     client.zadd("redbeat::schedule", {"redbeat:live-a": 1_900_000_000})  # 2030-03-17T17:46:40Z
@@ -300,10 +315,10 @@ def test_celery_form_honours_url_and_timezone(project, redis_server):
     assert "2030-03-17 18:46:40" in shown["app"]  # the app's zone, Europe/Paris
     assert "2030-03-18 02:46:40" in shown["tokyo"]
     bad = celery_redbeat(project, "--timezone", "Nowhere/Zone", "list")
-    assert bad.returncode == 5 and "--timezone: unknown time zone" in bad.stderr
+    assert bad.exit_code == 5 and "--timezone: unknown time zone" in bad.stderr
 
 
-def test_celery_form_honours_timeout(tmp_path):
+def test_celery_form_honours_timeout():
     """A server that accepts connections and never answers: --timeout bounds the wait,
     even when the app's settings retry forever."""
     import socket
@@ -313,20 +328,18 @@ def test_celery_form_honours_timeout(tmp_path):
     silent.bind(("127.0.0.1", 0))
     silent.listen(16)
     port = silent.getsockname()[1]
-    (tmp_path / "proj.py").write_text(
-        "from celery import Celery\n"
-        "app = Celery('proj', broker='memory://')\n"
-        f"app.conf.redbeat_redis_url = 'redis://127.0.0.1:{port}/0'\n"
-        "app.conf.redbeat_redis_options = {'retry_period': -1, 'socket_timeout': 60}\n")
     try:
         started = time.monotonic()
-        result = celery_redbeat(tmp_path, "--timeout", "1", "list")
+        result = celery_redbeat(lambda: make_app(
+            f"redis://127.0.0.1:{port}/0",
+            redbeat_redis_options={"retry_period": -1, "socket_timeout": 60}),
+            "--timeout", "1", "list")
         took = time.monotonic() - started
     finally:
         silent.close()
-    assert result.returncode == 4 and "unreachable" in result.stderr, result.stderr
-    # one attempt of 1 s plus the interpreter's start (several seconds on a loaded machine),
-    # far from the 60 s the app's own socket timeout would wait
+    assert result.exit_code == 4 and "unreachable" in result.stderr, result.stderr
+    # one attempt of 1 s (a loaded machine adds seconds), far from the 60 s the app's own
+    # socket timeout would wait
     assert took < 30, took
 
 
@@ -348,11 +361,11 @@ def test_the_apps_settings_object_is_never_changed(redis_server):
                                   "socket_timeout": 2.0}
 
 
-def test_celery_form_warns_about_unknown_settings(project):
-    source = (project / "proj.py").read_text() + "app.conf.redbeat_lock_timout = 30\n"
-    (project / "proj.py").write_text(source)
-    listing = celery_redbeat(project, "list")
-    assert listing.returncode == 0, listing.stderr
+@FALLBACK_WARNED
+def test_celery_form_warns_about_unknown_settings(redis_server):
+    listing = celery_redbeat(lambda: project_app(redis_server.url, redbeat_lock_timout=30),
+                             "list")
+    assert listing.exit_code == 0, listing.stderr
     assert ("warning: unknown setting redbeat_lock_timout is ignored; did you mean "
             "redbeat_lock_timeout?") in listing.stderr
 
@@ -367,7 +380,7 @@ def every_command() -> list[str]:
 @pytest.mark.parametrize("name", every_command())
 def test_every_command_has_help_without_url_or_redis(name):
     """In this process (click's runner, prog name as ``python -m redbeat`` sets it); the
-    real process is tested by test_version_needs_no_redis and the celery form's help."""
+    real process is tested by test_version_needs_no_redis."""
     result = CliRunner().invoke(main, [name, "--help"], prog_name="redbeat",
                                 env={"REDBEAT_REDIS_URL": None}, catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
@@ -385,19 +398,18 @@ def test_version_needs_no_redis():
     assert result.returncode == 0 and result.stdout.strip() == f"redbeat {redbeat.__version__}"
 
 
-def test_celery_form_has_help_and_version(tmp_path):
-    (tmp_path / "proj.py").write_text("from celery import Celery\n"
-                                      "app = Celery('proj', broker='memory://')\n"
-                                      "app.conf.redbeat_redis_url = 'redis://127.0.0.1:1/0'\n")
-    assert "Send an entry once now" in celery_redbeat(tmp_path, "run-now", "--help").stdout
-    assert celery_redbeat(tmp_path, "--version").stdout.startswith("redbeat ")
+def test_celery_form_has_help_and_version():
+    """Under celery, help and the version need no Redis (the app's is unreachable)."""
+    def unreachable() -> Celery:
+        return make_app("redis://127.0.0.1:1/0")
+
+    assert "Send an entry once now" in celery_redbeat(unreachable, "run-now", "--help").stdout
+    assert celery_redbeat(unreachable, "--version").stdout.startswith("redbeat ")
 
 
 def test_a_command_without_url_still_says_so():
-    env = {k: v for k, v in os.environ.items() if k != "REDBEAT_REDIS_URL"}
-    result = subprocess.run([sys.executable, "-m", "redbeat", "list"], capture_output=True,
-                            text=True, env=env, timeout=60)
-    assert result.returncode == 2 and "give --url" in result.stderr
+    result = CliRunner().invoke(main, ["list"], env={"REDBEAT_REDIS_URL": None})
+    assert result.exit_code == 2 and "give --url" in result.stderr
 
 
 def test_docs_cli_lists_every_command_and_option():
