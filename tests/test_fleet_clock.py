@@ -22,7 +22,7 @@ import pytest
 
 from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
-from redbeat.fleet_clock import SKEW_LOGGED, FleetClock
+from redbeat.fleet_clock import RESAMPLE_EVERY, SKEW_LOGGED, STEP, FleetClock
 from redbeat.health import check
 from redbeat.heartbeat import FUTURE_SLACK, stale
 from redbeat.policy import EntryPolicy
@@ -51,6 +51,23 @@ def test_the_offset_and_when_it_is_logged(samples, offset, lines) -> None:
     assert clock.offset == pytest.approx(offset, abs=1e-6)
     assert len([line for line in said if line]) == lines
     assert clock.now(200.0) == pytest.approx(200.0 + offset, abs=1e-6)
+
+
+@pytest.mark.parametrize(("host", "monotonic", "wanted"), [
+    (100.0, 50.0, False),                         # the sample's own moment
+    (130.0, 80.0, False),                         # both clocks moved alike
+    (100.0 + RESAMPLE_EVERY, 50.0 + RESAMPLE_EVERY, True),  # a minute on: drift
+    (130.0 + 2 * STEP, 80.0, True),               # the host's clock set forward
+    (129.0, 80.0, True),                          # or back
+    (160.0, 50.0, True),                          # a VM resumed: its monotonic stood still
+])
+def test_redis_clock_is_read_again_only_when_the_offset_may_have_changed(
+        host, monotonic, wanted) -> None:
+    clock = FleetClock()
+    assert clock.wanted(99.0, 49.0)  # nothing measured yet
+    clock.observe(100.0, 100.002, 130.001, monotonic=50.0)
+    assert clock.wanted(host, monotonic) is wanted
+    assert not FleetClock(enabled=False).wanted(100.0, 50.0)
 
 
 def test_an_injected_clock_is_taken_as_is() -> None:

@@ -520,3 +520,42 @@ def test_the_tick_runs_on_fakeredis_whose_lua_lacks_sha1hex(fake_app, caplog):
     scheduler.tick()
     assert len(scheduler.sent) == 1
     assert "Redis unavailable" not in caplog.text and "sha1hex" not in caplog.text
+
+
+def test_a_paused_schedule_sends_nothing_held_or_due_until_resumed(app):
+    """tick.lua asks whether the schedule is paused and whether slots are held in one
+    call: each answer must still count on its own, and together."""
+    from redbeat import manage
+
+    clock = Clock()
+    RedBeatSchedulerEntry("e", "tasks.x", 10.0, app=app, last_run_at=at(-10)).save()
+    scheduler = leader(app, clock)
+    manage.pause(app)
+    scheduler.tick()
+    assert scheduler.sent == [] and scheduler.leading
+    manage.run_now(app, "e")  # a held slot while paused
+    scheduler.tick()
+    assert scheduler.sent == []
+    manage.resume(app)
+    scheduler.tick()
+    assert sorted(name for name, _ in scheduler.sent) == ["e", "e"]
+
+
+def test_an_idle_tick_runs_seven_commands_on_the_server(redis_server):
+    """One round trip: the lock renewed, the heartbeat, the replicas (INFO), paused or
+    held slots (one EXISTS), the earliest score; Redis's clock (TIME) only when the fleet
+    clock may have moved, the evicted-keys count only under an evicting policy."""
+    app = make_app(redis_server.url)
+    RedBeatSchedulerEntry("hourly", "tasks.x", 3600.0, app=app).save()
+    scheduler = Recording(app)  # the host's clock: the fleet clock is on
+    scheduler.tick()
+    scheduler.tick()  # measured Redis's clock
+    admin = redis_server.client()
+    admin.config_resetstat()
+    for _ in range(10):
+        scheduler.tick()
+    calls = {name: stats["calls"] for name, stats in admin.info("commandstats").items()
+             if name != "cmdstat_config|resetstat"}
+    assert scheduler.sent == [] and calls["cmdstat_evalsha"] == 10
+    assert sum(calls.values()) == 70, calls
+    scheduler.close()

@@ -44,7 +44,7 @@ from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_expo
 from . import compat, metrics, statics
 from .connection import INTERNAL_OPTIONS
 from .decoder import RedBeatJSONDecoder, RedBeatJSONEncoder, to_timestamp
-from .dispatch import BATCHED, INLINE, ONE_BY_ONE, Dispatcher, Drafts, OnDispatcher
+from .dispatch import BATCHED, INLINE, ONE_BY_ONE, Dispatcher, Drafts, Misfire, OnDispatcher
 from .entry import (
     InvalidEntry,
     RedBeatSchedulerEntry,
@@ -259,13 +259,8 @@ class RedBeatScheduler(Scheduler):
     def static_entries(self) -> dict[str, RedBeatSchedulerEntry]:
         """``beat_schedule`` plus Celery's default entries, as entries; a malformed one is
         logged and skipped so it cannot stop beat."""
-        entries = {}
-        for name, spec in statics.configured(self.app, self.config).items():
-            try:
-                entries[name] = self._maybe_entry(name, spec)
-            except Exception as exc:
-                logger.error("beat: Skipping static entry %r: %r (%r)", name, exc, spec)
-        return entries
+        return statics.built(statics.configured(self.app, self.config), self._maybe_entry,
+                             "static entry")
 
     def install_default_entries(self, data: Any) -> None:
         """Celery's defaults join the statics the leader syncs (``static_entries``)
@@ -274,12 +269,7 @@ class RedBeatScheduler(Scheduler):
     def update_from_dict(self, dict_: dict[str, Any]) -> None:
         """Write these entries now, keeping the run history of those already stored
         (celery-redbeat 2.4.2's method, for code that calls it)."""
-        for name, spec in dict_.items():
-            try:
-                entry = self._maybe_entry(name, spec)
-            except Exception as exc:
-                logger.error("beat: Skipping entry %r: %r (%r)", name, exc, spec)
-                continue
+        for name, entry in statics.built(dict_, self._maybe_entry, "entry").items():
             try:
                 stored = self.Entry.from_key(self.Entry.generate_key(self.app, name),
                                              app=self.app)
@@ -348,14 +338,17 @@ class RedBeatScheduler(Scheduler):
         measures this host's clock against Redis's. None for a read made before the
         first measurement found a skew (possible only with locking disabled: taking the
         lock reads nothing), to be made again at once."""
+        began = self.monotonic()
         if lease is not None:  # what the publishing thread measures the lease from
-            lease.renewed(self.monotonic())
+            lease.renewed(began)
         sent = self.clock()
         now_ts = self.fleet_clock.now(sent)
-        fetch = self.store.fetch(now_ts, lease, self.config.batch_size, self.node_id)
+        fetch = self.store.fetch(now_ts, lease, self.config.batch_size, self.node_id,
+                                 read_clock=self.fleet_clock.wanted(sent, began),
+                                 read_evictions=self._evicting_policy is not None)
         first = not self.fleet_clock.measured
         self._watch_writes(fetch)
-        skew = self.fleet_clock.observe(sent, self.clock(), fetch.server_time)
+        skew = self.fleet_clock.observe(sent, self.clock(), fetch.server_time, began)
         if skew:
             logger.warning("beat: %s", skew)
             if first and fetch.status == "leader":
@@ -395,11 +388,19 @@ class RedBeatScheduler(Scheduler):
             self._become_leader(now)
             if fetch.status == "acquired":
                 return 0.0
-        confirmed, misfires = self.dispatcher.resend_held(fetch, now, self.Entry, self._path,
+        path = self._path  # once a tick: compat walks the classes for every hook
+        confirmed, misfires = self.dispatcher.resend_held(fetch, now, self.Entry, path,
                                                           self.poll_interval / 2)
-        if self.per_entry:
+        if path == INLINE:  # the per-entry path
             self.store.confirm(confirmed, misfires)
             return self._tick_per_entry(fetch, lease, now)
+        return self._tick_batched(fetch, lease, now_ts, path, confirmed, misfires)
+
+    def _tick_batched(self, fetch: Fetch, lease: Lease | None, now_ts: float, path: str,
+                      confirmed: list[str], misfires: list[Misfire]) -> float:
+        """A leader's pass over what ``fetch`` read: plan, commit, send, then confirm
+        those sent with the held slots done with (``confirmed``, ``misfires``)."""
+        now = datetime.fromtimestamp(now_ts, tz=timezone.utc)
         policy = TickSettings(
             node=self.node_id,
             deterministic_task_ids=self.config.deterministic_task_ids,
@@ -413,7 +414,6 @@ class RedBeatScheduler(Scheduler):
         claims = plan.claims
         skipped: set[str] = set()
         drafts: Drafts = {}
-        path = self._path
         if plan.ops:  # the claims' messages are drafted while commit.lua runs
             skipped, drafts = self.dispatcher.draft_during(
                 lambda: self.store.commit(plan.ops, lease, policy.node, now_ts), claims, path)

@@ -49,6 +49,19 @@ def configured(app: Celery, config: RedBeatConfig) -> dict[str, Any]:
     return {**celery_default_entries(app, config.schedule), **config.schedule}
 
 
+def built(specs: dict[str, Any], make: Callable[[str, Any], RedBeatSchedulerEntry],
+          what: str) -> dict[str, RedBeatSchedulerEntry]:
+    """Each of ``specs`` (name -> beat_schedule item) made an entry by ``make``; a
+    malformed one is logged (as a ``what``) and skipped, so it cannot stop beat."""
+    entries = {}
+    for name, spec in specs.items():
+        try:
+            entries[name] = make(name, spec)
+        except Exception as exc:
+            logger.error("beat: Skipping %s %r: %r (%r)", what, name, exc, spec)
+    return entries
+
+
 def static_score(entry: RedBeatSchedulerEntry, meta_text: str | None, score: float | None,
                  now: datetime) -> float:
     """The score a static is written with: by the one rule (redbeat.nextrun), from its

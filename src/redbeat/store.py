@@ -144,12 +144,13 @@ FetchStatus = Literal["leader", "acquired", "standby"]
 class Fetch:
     status: FetchStatus
     #: Redis's clock when tick.lua ran (epoch seconds): what the node's clock is set by
-    #: (None when an ACL refuses TIME)
+    #: (None when not asked for, or when an ACL refuses TIME)
     server_time: float | None
     #: Why Redis refused this node's writes (its heartbeat, or taking a free lock): an
     #: OOM error under noeviction; None when it wrote them
     refused: str | None = None
-    #: Keys Redis has evicted since it started (INFO's evicted_keys; read when leading)
+    #: Keys Redis has evicted since it started (INFO's evicted_keys; read when leading
+    #: and asked for)
     evicted_keys: int | None = None
     holder: str | None = None
     holder_ttl_ms: int | None = None
@@ -378,15 +379,19 @@ class ScheduleStore:
             return self.keys.lock, "", 0
         return lease.name, lease.token, lease.timeout_ms
 
-    def fetch(self, now: float, lease: Lease | None, batch: int, node_id: str) -> Fetch:
+    def fetch(self, now: float, lease: Lease | None, batch: int, node_id: str,
+              read_clock: bool = True, read_evictions: bool = True) -> Fetch:
         """The tick's round trip, waited for a replica as a commit is: a leader sends
-        the held slots it reads (NotReplicated when no replica acknowledged it)."""
+        the held slots it reads (NotReplicated when no replica acknowledged it).
+        ``read_clock``: whether it reads Redis's clock (``Fetch.server_time``);
+        ``read_evictions``: whether a leader's reads the evicted-keys count."""
         lock_key, token, timeout_ms = self._lease_args(lease)
         reply, acknowledged = self._run_acknowledged(
             "tick",
             [self.keys.schedule, lock_key, self.keys.pending, self.keys.nodes,
              self.keys.held_definitions, self.keys.paused],
-            [repr(now), batch, token, timeout_ms, node_id],
+            [repr(now), batch, token, timeout_ms, node_id, "1" if read_clock else "",
+             "1" if read_evictions else ""],
         )
         status, (clock, refused, *payload) = reply
         server_time = None if clock is None else float(clock)

@@ -19,6 +19,10 @@
 -- KEYS[5] - held definitions index (sha1 -> how many records name it; each text at
 --           <KEYS[5]>:<sha1>)
 -- KEYS[6] - paused flag (a string present while an operator pauses the schedule)
+-- ARGV[6] - '1' to read Redis's clock (TIME) for the node's fleet clock, '' not to: a
+--           node asks only when its offset may have changed (fleet_clock.py)
+-- ARGV[7] - '1' to read the evicted-keys count (INFO stats: the node found an allkeys-*
+--           policy, under which an eviction can take the schedule), '' not to
 --
 -- returns {'standby', now, refused, holder|false, pttl} when another node holds the lock
 --           (holder false: nobody does, and Redis refused this node's SET);
@@ -45,11 +49,13 @@
 --                  (cjson would round a number to 14 digits)
 --           (one bulk string parses far faster in the client than thousands of
 --           array elements; bytes that are not UTF-8 pass through cjson unchanged)
--- (false when an ACL refuses TIME: the node keeps its own clock)
-local clock = redis.pcall('TIME')
+-- (false when not asked for, or when an ACL refuses TIME: the node keeps its own clock)
 local now = false
-if clock[1] then
-  now = clock[1] .. '.' .. string.format('%06d', tonumber(clock[2]))
+if ARGV[6] == '1' then
+  local clock = redis.pcall('TIME')
+  if clock[1] then
+    now = clock[1] .. '.' .. string.format('%06d', tonumber(clock[2]))
+  end
 end
 
 -- The heartbeat, or why Redis refused it: a Redis out of memory under noeviction
@@ -93,27 +99,53 @@ if token ~= '' then
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
 end
 local oom = beat('leader')
--- keys Redis evicted since it started: the leader tells an eviction of the schedule
--- under an allkeys-* policy from one tick to the next
+-- this master's replicas, read on every leading tick: while it has some, the client
+-- waits for them to acknowledge the tick and the commit before it sends anything, and a
+-- replica attached since the last tick must be waited for from the next commit on
+-- (replication.py; online ones: a replica still syncing acknowledges nothing until it
+-- is done). With ARGV[7], the keys Redis evicted since it started too, so the leader
+-- tells an eviction of the schedule from one tick to the next: one INFO for both
+-- sections (Redis 7 takes several; an older one refuses that, and is asked each apart).
 -- (false where the server's Lua has no INFO: fakeredis)
-local stats = redis.pcall('INFO', 'stats')
-local evicted = type(stats) == 'string' and string.match(stats, 'evicted_keys:(%d+)') or false
--- this master's replicas: while it has some, the client waits for them to acknowledge
--- the tick and the commit before it sends anything (replication.py)
--- (online ones: a replica still syncing acknowledges nothing until it is done)
-local replication = redis.pcall('INFO', 'replication')
+local info
+if ARGV[7] == '1' then
+  info = redis.pcall('INFO', 'stats', 'replication')
+  if type(info) ~= 'string' then
+    local stats, replication = redis.pcall('INFO', 'stats'), redis.pcall('INFO', 'replication')
+    info = type(stats) == 'string' and type(replication) == 'string' and stats .. replication
+  end
+else
+  info = redis.pcall('INFO', 'replication')
+end
+info = type(info) == 'string' and info
+local evicted = info and string.match(info, 'evicted_keys:(%d+)') or false
 local replicas = false
-if type(replication) == 'string' then
+if info then
   replicas = 0
-  for _ in string.gmatch(replication, 'state=online') do
+  for _ in string.gmatch(info, 'state=online') do
     replicas = replicas + 1
   end
 end
-if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
+-- Whether the schedule is paused and whether slots are held, in one call: on most
+-- ticks neither key exists; otherwise each is asked apart. TYPE, not EXISTS, for the
+-- held slots: it finds the hashes of earlier releases (prelude: adopt_held_shapes).
+local paused, pending_type = false, 'none'
+if redis.call('EXISTS', KEYS[3], KEYS[6] or KEYS[3]) > 0 then
+  paused = KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1
+  pending_type = redis.call('TYPE', KEYS[3]).ok
+end
+if paused then
   return {'leader', now, oom, evicted, replicas, false, {}, '[]', {}, {}}
 end
 
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], 0, ARGV[1], 'WITHSCORES', 'LIMIT', 0, ARGV[2])
+-- The earliest scheduled member first: on an idle tick it is not due, and it is the
+-- next score (one read instead of the due read and the next-score read).
+local first = redis.call('ZRANGEBYSCORE', KEYS[1], 0, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+local idle = #first == 0 or tonumber(first[2]) > tonumber(ARGV[1])
+local due = {}
+if not idle then
+  due = redis.call('ZRANGEBYSCORE', KEYS[1], 0, ARGV[1], 'WITHSCORES', 'LIMIT', 0, ARGV[2])
+end
 local rows = {}
 for i = 1, #due, 2 do
   local key = due[i]
@@ -132,9 +164,6 @@ for i = 1, #due, 2 do
 end
 
 local pending, held, policies = {}, {}, {}
--- TYPE, not EXISTS: the same one call on an idle tick, and it finds the hashes of
--- earlier releases (prelude: adopt_held_shapes)
-local pending_type = redis.call('TYPE', KEYS[3]).ok
 if pending_type == 'hash' then
   pending_type = adopt_held_shapes(KEYS[3], KEYS[5]) and 'zset' or 'none'
 end
@@ -167,7 +196,11 @@ if pending_type ~= 'none' then
   end
 end
 
-local upcoming = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+local upcoming = first
+if not idle then
+  upcoming = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf', 'WITHSCORES',
+                        'LIMIT', 0, 1)
+end
 local next_score = false
 if #upcoming > 0 then
   next_score = upcoming[2]
