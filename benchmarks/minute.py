@@ -49,6 +49,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         impls["celery-redbeat"] = args.compare
     if args.django:
         impls[DJANGO] = args.django
+    if args.before:  # an earlier tree of ours, in the same alternation (for a change's note)
+        impls[bench.BEFORE] = args.ours
+        bench.SOURCES[bench.BEFORE] = str(Path(args.before).resolve())
     server = bench.RedisServer(binary=args.redis_server).start()
     scratch = Path(tempfile.mkdtemp(prefix="redbeat-minute-"))
     database = str(scratch / "beat.sqlite3")
@@ -109,7 +112,8 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> str:
     rows = ["| scheduler | bursts measured | boundary -> all K in the broker (median) | "
             "min / max | ours faster by | CPU per burst: scheduler + Redis (median) | "
             "ours cheaper by |", "|---|---|---|---|---|---|---|"]
-    for impl, name in (("ours", "ours (redbeat)"), ("celery-redbeat", "celery-redbeat 2.4.2"),
+    for impl, name in (("ours", "ours (redbeat)"), (bench.BEFORE, "ours before (`--before`)"),
+                       ("celery-redbeat", "celery-redbeat 2.4.2"),
                        (DJANGO, "django-celery-beat 2.9, DatabaseScheduler on SQLite")):
         lags = [lag for run in r["runs"].get(impl, []) for lag in run["lags_ms"]]
         if not lags:
@@ -170,6 +174,8 @@ def main() -> None:
     parser.add_argument("--django-repeats", type=int, default=1,
                         help="runs of django-celery-beat (its bursts take seconds)")
     parser.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
+    parser.add_argument("--before", metavar="SRC",
+                        help="an earlier tree of ours (its src), measured in the same alternation")
     args = parser.parse_args()
     results = run(args)
     sections.publish("minute", results, report(results, args), write=not args.no_write)
