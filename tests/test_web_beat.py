@@ -40,6 +40,21 @@ class Stack:
         return [task_id for task_id in self.cluster.queued_task_ids()
                 if task_id.startswith(name + ":")]
 
+    def ticks(self, count: int) -> None:
+        """Wait for ``count`` more ticks of the beat: each stamps the beat's heartbeat
+        (``redbeat::nodes``) anew, paused or not. A non-event (nothing sent) is proved
+        over ticks counted this way, not over a sleep a loaded machine may fill with no
+        tick at all."""
+        client = self.redis.client()
+
+        def last() -> float:
+            return max((score for _, score in client.zrange("redbeat::nodes", 0, -1,
+                                                            withscores=True)), default=0.0)
+
+        for _ in range(count):
+            before = last()
+            wait_until(lambda mark=before: last() > mark, 60, "a tick of the beat")
+
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
@@ -82,7 +97,7 @@ def test_disabling_an_entry_from_its_page_stops_its_dispatch(stack: Stack, page:
     assert page.locator("#action-disable").count() == 0
     assert page.locator("#action-enable").count() == 1
     at_disable = len(stack.sent("every-second"))
-    time.sleep(3)
+    stack.ticks(3)  # each would have sent the every-second entry
     # one slot may have been claimed by the tick running at the click
     assert len(stack.sent("every-second")) <= at_disable + 1
     assert manage.get_entry(stack.app, "every-second").state == "disabled"
@@ -141,9 +156,9 @@ def test_pausing_the_schedule_stops_the_beat_until_resumed(stack: Stack, page: A
     assert "The whole schedule is paused by web" in page.inner_text("#paused")
     assert paused_gauge(stack) == 1
     screenshot(page, "nodes-paused")
-    time.sleep(1.5)  # a tick that read the schedule before the pause may still send
+    stack.ticks(2)  # a tick that read the schedule before the pause may still send
     at_pause = len(stack.sent("paused-every-second"))
-    time.sleep(4)
+    stack.ticks(3)  # each would have sent the every-second entry, were it not paused
     assert len(stack.sent("paused-every-second")) == at_pause
     assert "lock expires in" in page.inner_text("#leader")  # still leading
     page.click("#resume")
@@ -223,7 +238,7 @@ def test_metrics_match_the_dispatches_in_the_broker(stack: Stack, page: Any) -> 
     client.zadd("redbeat::schedule", {"redbeat:broken": time.time()})
     wait_until(lambda: manage.get_entry(stack.app, "broken").quarantine is not None, 10,
                "the beat to quarantine the broken entry")  # (its state says so at once)
-    time.sleep(1.0)  # nothing is due now (a slot claimed at the disable has gone out)
+    stack.ticks(2)  # nothing is due now (a slot claimed at the disable has gone out)
     beat = scrape(stack.metrics_url)
     in_broker = len(stack.cluster.queued_task_ids())
 
