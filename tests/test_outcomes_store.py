@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -125,7 +126,9 @@ def test_on_redis_cluster_every_outcome_key_shares_the_schedules_slot():
     deployment = ClusterDeployment().start()
     try:
         app = make_app(deployment.url, redbeat_key_prefix="{redbeat}:", redbeat_lost_after=60)
-        RedBeatSchedulerEntry("c", "tasks.c", 1, app=app, overlap="skip").save()
+        RedBeatSchedulerEntry("c", "tasks.c", 1, app=app, overlap="skip",  # due at once
+                              last_run_at=datetime.now(timezone.utc) - timedelta(seconds=1)
+                              ).save()
         scheduler = Recording(app)
         for _ in range(200):
             time.sleep(max(0.0, min(scheduler.tick(), 0.2)))
