@@ -5,14 +5,14 @@ view's Nodes page and error page, the CLI's errors and its check."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
+from redbeat.cli import main
 from redbeat.redaction import redact
-from support.processes import Cluster
+from support.processes import LIVENESS, Cluster
 from support.redis_server import RedisServer, free_port
 from support.web import WebServer, fetch
 
@@ -44,14 +44,16 @@ def test_redact_hides_every_form_of_secret(url: str, shown: str) -> None:
     assert redact(url) == shown
 
 
-def _redbeat(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "redbeat", *args], capture_output=True,
-                          text=True, timeout=60)
+def _redbeat(*args: str) -> Result:
+    """The standalone ``redbeat`` command in this process: what it prints is the point,
+    not its start-up."""
+    return CliRunner().invoke(main, list(args), prog_name="redbeat")
 
 
-def test_no_place_shows_the_password(tmp_path: Path) -> None:
+def test_no_place_shows_the_password(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Every place a URL appears, each with the password in the URL's query (and the
-    broker's in its userinfo), against a Redis that requires it."""
+    broker's in its userinfo), against a Redis that requires it. The beats and web views
+    start together, then each is waited for."""
     shown: dict[str, str] = {}
     with RedisServer() as server:
         server.client().config_set("requirepass", SECRET)
@@ -63,37 +65,40 @@ def test_no_place_shows_the_password(tmp_path: Path) -> None:
         web = dead_web = None
         try:
             leader = cluster.beat("leader", redbeat_metrics_port=metrics_port)
-            leader.wait_for("Leading as")
             # no redbeat_redis_url: the schedule is the broker's Redis (its banner line)
             fallback = cluster.beat("fallback", redbeat_redis_url=None)
+            # it says "unreachable at start" once its retries at start are over: 1 s of them
+            unreachable = cluster.beat("unreachable", redbeat_redis_url=dead,
+                                       redbeat_redis_options={"retry_period": 1})
+            web = WebServer(query_url, directory=tmp_path)
+            dead_web = WebServer(dead, directory=tmp_path)
+            leader.wait_for("Leading as")
             fallback.wait_for("Leading as")
-            unreachable = cluster.beat("unreachable", redbeat_redis_url=dead)
             unreachable.wait_for("unreachable at start")
             for process in (leader, fallback, unreachable):
                 shown[f"beat log {process.name}"] = process.log()
             assert "password=***" in shown["beat log leader"]  # the banner's redis line
             shown["beat /metrics"] = fetch(f"http://127.0.0.1:{metrics_port}/metrics")[1]
-            web = WebServer(query_url, directory=tmp_path)
-            web.wait_ready()
+            web.wait_ready(LIVENESS)
             status, shown["web /nodes"] = fetch(web.url + "/nodes")
             assert status == 200 and "password=***" in shown["web /nodes"]
-            dead_web = WebServer(dead, directory=tmp_path)
-            dead_web.wait_ready()
+            dead_web.wait_ready(LIVENESS)
             status, shown["web /nodes, Redis unreachable"] = fetch(dead_web.url + "/nodes")
             assert status == 503
             for command in (["status"], ["check"], ["list"]):
                 run = _redbeat("--url", dead, "--timeout", "1", *command)
-                assert run.returncode != 0
-                shown[f"redbeat {command[0]}, Redis unreachable"] = run.stdout + run.stderr
+                assert run.exit_code != 0
+                shown[f"redbeat {command[0]}, Redis unreachable"] = run.output
             run = _redbeat("--url", f"mongodb://127.0.0.1/x?password={SECRET}", "status")
-            shown["redbeat status, unsupported URL"] = run.stdout + run.stderr
+            shown["redbeat status, unsupported URL"] = run.output
             assert "mongodb://127.0.0.1/x?password=***" in run.stderr
+            shown["what the commands logged"] = caplog.text
         finally:
             for server_process in (web, dead_web):
                 if server_process is not None:
                     server_process.stop()
                     shown[f"web log {server_process.port}"] = server_process.log()
             cluster.stop()
-    assert len(shown) == 12
+    assert len(shown) == 13
     leaked = [place for place, text in shown.items() if SECRET in text]
     assert leaked == [], {place: shown[place] for place in leaked}
