@@ -7,13 +7,14 @@ import math
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 import redis
 
 from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
-from support.processes import Cluster
+from support.processes import LIVENESS, Cluster
 from support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -21,6 +22,7 @@ pytestmark = pytest.mark.e2e
 LOCK_TIMEOUT = 3
 LEASE = max(LOCK_TIMEOUT, 3 * 1 + 1)  # the lease in force at a 1-s poll interval
 LOCK_KEY = "redbeat::lock"
+NODES_KEY = "redbeat::nodes"
 
 
 @pytest.fixture
@@ -69,12 +71,19 @@ def assert_no_gaps_beyond(slot_times, window_ms):
     assert max(gaps, default=1000) <= window_ms, gaps
 
 
-def test_only_the_leader_dispatches(cluster):
-    leader, others = start_nodes(cluster, 3)
-    leader.wait_for("Sending due task every-second", count=3)
-    for node in others:
-        assert "Sending due task" not in node.log()
-    assert len(cluster.queued_task_ids()) == len(set(cluster.queued_task_ids()))
+def standby_ticks(cluster, node) -> Callable[[], set[float]]:
+    """A probe of the standby heartbeats ``node`` wrote since the probe was made: each
+    tick writes its time, negated for a standby, in the nodes sorted set."""
+    client = redis.Redis.from_url(cluster.redis_url, decode_responses=True)
+    seen: set[float] = set()
+
+    def sample() -> set[float]:
+        for member, score in client.zrange(NODES_KEY, 0, -1, withscores=True):
+            if member.split(":")[-2] == str(node.pid) and score < 0:
+                seen.add(score)
+        return seen
+
+    return sample
 
 
 def test_sigterm_hands_over_within_about_a_second(cluster):
@@ -100,9 +109,13 @@ def test_sigterm_hands_over_within_about_a_second(cluster):
     assert_no_gaps_beyond(slots(cluster), max(3000, math.ceil(took + 1) * 1000))
 
 
-def test_sigkill_is_replaced_within_the_lock_timeout(cluster):
-    leader, others = start_nodes(cluster, 2)
-    leader.wait_for("Sending due task every-second", count=2)
+def test_only_the_leader_dispatches_and_a_sigkill_is_replaced_within_the_lock_timeout(
+        cluster):
+    leader, others = start_nodes(cluster, 3)
+    leader.wait_for("Sending due task every-second", count=3)
+    for node in others:
+        assert "Sending due task" not in node.log()
+    assert len(cluster.queued_task_ids()) == len(set(cluster.queued_task_ids()))
     killed_at = time.monotonic()
     leader.kill()
     # what the takeover waits for is the lease: the lock timeout, raised to its floor of
@@ -111,7 +124,9 @@ def test_sigkill_is_replaced_within_the_lock_timeout(cluster):
     wait_until(lambda: new_leader(others) is not None, LOCK_TIMEOUT + 60, "a new leader")
     took = time.monotonic() - killed_at
     print(f"takeover after SIGKILL: {took:.2f}s (lock timeout {LOCK_TIMEOUT}s)")
-    new_leader(others).wait_for("Sending due task every-second", count=2)
+    successor = new_leader(others)
+    successor.wait_for("Sending due task every-second", count=2)
+    assert [n for n in others if "Leading as" in n.log()] == [successor]  # one of two
     times = slots(cluster)
     assert len(times) == len(set(times))
     # the slots missed during the takeover are coalesced into one catch-up run (the
@@ -129,7 +144,10 @@ def test_frozen_leader_sends_nothing_when_it_wakes(cluster):
     sent_before_thaw = leader.log().count("Sending due task")
     leader.thaw()
     leader.wait_for("Lost the lock")
-    time.sleep(2)
+    # ticks of its own as a standby after waking (counted, not slept for): it had every
+    # chance to send
+    ticks = standby_ticks(cluster, leader)
+    wait_until(lambda: len(ticks()) >= 3, LIVENESS, "three standby ticks")
     assert leader.log().count("Sending due task") == sent_before_thaw
     assert leader.process.poll() is None  # it stands by, it does not die
     # Frozen between claiming a slot and the broker's acceptance, the leader finishes
