@@ -541,6 +541,45 @@ def test_a_paused_schedule_sends_nothing_held_or_due_until_resumed(app):
     assert sorted(name for name, _ in scheduler.sent) == ["e", "e"]
 
 
+@pytest.mark.parametrize("statics", [1, 300])
+def test_start_up_is_six_round_trips_and_a_restart_writes_no_static(redis_server, statics):
+    """Construction (scripts loaded, the statics written as every node does) and the
+    first tick (the lock, the statics again as the new leader, the sweep, the heartbeats)
+    cost six round trips whatever the number of statics: the leader's second write is
+    decided on the server and writes nothing that is stored as configured."""
+    schedule = {f"s{i}": {"task": "tasks.s", "schedule": 60.0} for i in range(statics)}
+    costs = []
+    for _ in range(2):  # the first start, then a restart
+        app = make_app(redis_server.url, beat_schedule=schedule)
+        app.redbeat_redis = client = counting_client(redis_server.url)
+        client.ping()  # the connection's handshake is not the scheduler's
+        before = client.counter.round_trips
+        scheduler = leader(app, Clock())
+        costs.append(client.counter.round_trips - before)
+        scheduler.close()
+        client.hset("redbeat:s0", "changed", "by hand")  # rewritten only if s0 is
+    assert costs == [6, 6]
+    assert client.hget("redbeat:s0", "changed") == "by hand"
+    assert client.smembers("redbeat::statics") >= set(schedule)
+
+
+def test_a_new_leader_writes_back_only_the_statics_changed_since_its_start_up(redis_server):
+    schedule = {"s1": {"task": "tasks.a", "schedule": 60.0},
+                "s2": {"task": "tasks.b", "schedule": 60.0}}
+    first = leader(make_app(redis_server.url), Clock())
+    app = make_app(redis_server.url, beat_schedule=schedule)
+    standby = Recording(app, clock=Clock())  # writes s1 and s2 at start-up
+    client = get_redis(app)
+    client.hset("redbeat:s1", "definition",
+                client.hget("redbeat:s1", "definition").replace("tasks.a", "tasks.edited"))
+    client.hset("redbeat:s2", "changed", "by hand")
+    first.close()
+    assert standby.tick() == 0.0 and standby.leading
+    assert RedBeatSchedulerEntry.from_key("redbeat:s1", app=app).task == "tasks.a"
+    assert client.hget("redbeat:s2", "changed") == "by hand"  # as configured: not written
+    standby.close()
+
+
 def test_an_idle_tick_runs_seven_commands_on_the_server(redis_server):
     """One round trip: the lock renewed, the heartbeat, the replicas (INFO), paused or
     held slots (one EXISTS), the earliest score; Redis's clock (TIME) only when the fleet

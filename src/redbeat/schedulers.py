@@ -148,6 +148,7 @@ class RedBeatScheduler(Scheduler):
         self._redis_down = False
         self._sweep_at = 0.0
         self._sweep_offset = 0
+        self._statics: statics.Prepared | None = None  # made once, written on each sync
         #: Redis's refusal of this node's last writes (OOM), the evicting policy found at
         #: start, and the evicted-keys count of the last leading tick
         self._refused: str | None = None
@@ -281,9 +282,9 @@ class RedBeatScheduler(Scheduler):
 
     def sync_statics(self, now: datetime, starting: bool = False) -> None:
         """Write the static entries (keeping their run history) and delete the statics
-        no longer configured: two round trips for any number of statics. Fenced by the
-        lease, except at start-up (``starting``), where every node writes its own, as
-        in 2.4.2."""
+        no longer configured: one round trip when Redis holds them as configured (see
+        statics.py). Fenced by the lease, except at start-up (``starting``), where every
+        node writes its own, as in 2.4.2."""
 
         def key_of(name: str) -> str:  # the entry class's key
             return self.Entry.generate_key(self.app, name)
@@ -291,9 +292,12 @@ class RedBeatScheduler(Scheduler):
         if compat.shapes_statics(self, RedBeatScheduler):
             statics.sync_through(self.store, statics.configured(self.app, self.config),
                                  key_of, self.update_from_dict)
-        else:
-            statics.sync(self.store, self.static_entries(), key_of,
-                         None if starting else self._lease(), now)
+            return
+        specs = statics.configured(self.app, self.config)
+        if self._statics is None or not self._statics.made_from(specs):
+            self._statics = statics.Prepared(specs, self.static_entries())
+        statics.sync(self.store, self._statics, key_of, None if starting else self._lease(),
+                     now, fresh=starting)
 
     # -- the loop ------------------------------------------------------------------------
 

@@ -2,16 +2,24 @@
 written into Redis, keeping each one's run history, and the statics no longer
 configured deleted.
 
-The scheduler decides when (on taking the lead; at start-up on every node) and which
-entries (its ``static_entries`` hook, or a 2.4.2 subclass's ``update_from_dict``); this
-module does the writing, in two round trips whatever the number of statics. It never
+The scheduler decides when (at start-up on every node, as 2.4.2 did, and again on taking
+the lead) and which entries (its ``static_entries`` hook, or a 2.4.2 subclass's
+``update_from_dict``); this module does the writing: one round trip whatever the number
+of statics, where the server leaves alone what is stored as configured (a restart, or a
+node taking the lead after its own start-up wrote them), and one more only for statics
+whose score follows from a stored run history the server cannot apply the rule to, or
+recorded statics to delete. The entries and their text are made once per settings
+object (``Prepared``), so taking the lead costs no Python work per static. It never
 imports the scheduler.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +30,7 @@ from . import decoder
 from . import labels as label_rules
 from .entry import changed_json, meta_json
 from .nextrun import next_run, score_of
-from .store import StaticWrite
+from .store import FRESH, StaticWrite
 
 if TYPE_CHECKING:
     from .entry import RedBeatSchedulerEntry
@@ -77,29 +85,70 @@ def static_score(entry: RedBeatSchedulerEntry, meta_text: str | None, score: flo
     return score_of(next_run(entry.schedule, entry.policy, entry.name, last_run_at, now, score))
 
 
-def sync(store: ScheduleStore, statics: dict[str, RedBeatSchedulerEntry],
-         key_of: Callable[[str], str], lease: Lease | None, now: datetime) -> None:
-    """Write ``statics`` (the meta only on a static seen the first time) and delete the
-    recorded statics not among them (``key_of``: the entry class's key for a name), in
-    one fenced write under ``lease`` (None: unfenced)."""
-    entries = list(statics.values())
-    recorded, stored = store.read_statics([entry.key for entry in entries])
-    writes = []
-    for entry, (meta_text, score) in zip(entries, stored, strict=True):
-        try:
-            upcoming = static_score(entry, meta_text, score, now)
-        except (ValueError, OverflowError) as exc:  # a schedule past its bounds
-            logger.error("beat: Skipping static entry %r: %s", entry.name, exc)
-            continue
-        writes.append(StaticWrite(
-            entry.key, entry.name, entry.definition_json(), meta_json(now, 0), upcoming,
-            changed_json("static-sync", actor="beat"), entry.policy.to_json(),
-            label_rules.save_field(entry.labels)))
-    removed = [(key_of(name), name) for name in recorded - set(statics)]
-    store.write_statics(writes, removed, lease)
-    for _, name in removed:
-        logger.info("beat: Removed static entry %r (no longer in beat_schedule)", name)
-    logger.info("beat: Synced %d static entries", len(writes))
+@dataclass
+class Prepared:
+    """The statics as entries, and as the text each is written with (``StaticWrite``
+    without a score): made once, written at start-up and again on taking the lead, made
+    again when the configured ``specs`` are no longer equal to what they were made
+    from (2.4.2 code assigns ``app.redbeat_conf.schedule`` and calls setup_schedule)."""
+
+    specs: dict[str, Any]
+    entries: dict[str, RedBeatSchedulerEntry]
+    writes: list[StaticWrite] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.specs = snapshot(self.specs)
+        self.writes = [StaticWrite(entry.key, name, entry.definition_json(),
+                                   entry.policy.to_json(), label_rules.save_field(entry.labels))
+                       for name, entry in self.entries.items()]
+
+    def made_from(self, specs: dict[str, Any]) -> bool:
+        return self.specs == snapshot(specs)
+
+
+def snapshot(specs: dict[str, Any]) -> dict[str, Any]:
+    """``specs`` with each item copied: an item changed in place compares unequal."""
+    return {name: copy.copy(spec) for name, spec in specs.items()}
+
+
+def scored(write: StaticWrite, entry: RedBeatSchedulerEntry, meta_text: str | None,
+           score: float | None, now: datetime, basis: str | None) -> StaticWrite | None:
+    """``write`` with the score the rule gives from what is stored (``basis``: the meta it
+    follows, or FRESH); None, logged, when the schedule has no next run within bounds."""
+    try:
+        upcoming = static_score(entry, meta_text, score, now)
+    except (ValueError, OverflowError) as exc:  # a schedule past its bounds
+        logger.error("beat: Skipping static entry %r: %s", entry.name, exc)
+        return None
+    return dataclasses.replace(write, score=upcoming, basis=basis)
+
+
+def sync(store: ScheduleStore, prepared: Prepared, key_of: Callable[[str], str],
+         lease: Lease | None, now: datetime, fresh: bool) -> None:
+    """Write the ``prepared`` statics (the meta only on a static seen the first time;
+    ``fresh``: their first scores worked out beforehand, saving a round trip when they
+    are new) and delete the recorded statics not among them (``key_of``: the entry
+    class's key for a name), fenced by ``lease`` (None: unfenced)."""
+    pairs = list(zip(prepared.writes, prepared.entries.values(), strict=True))
+    if fresh:
+        pairs = [(scored(write, entry, None, None, now, FRESH), entry) for write, entry in pairs]
+    changed, meta = changed_json("static-sync", actor="beat"), meta_json(now, 0)
+    removed: list[tuple[str, str]] = []
+    whole = True  # the first call names the recorded statics no longer configured
+    while whole or removed or any(write is not None for write, _ in pairs):
+        sent = [(write, entry) for write, entry in pairs if write is not None]
+        reply = store.sync_statics([write for write, _ in sent], changed, meta, removed,
+                                   lease, whole)
+        for _, name in removed:
+            logger.info("beat: Removed static entry %r (no longer in beat_schedule)", name)
+        # what the stored data decides: each score worked out from what was read, held
+        # by the script only while that is still what is stored
+        pairs = [(scored(sent[i][0], sent[i][1], stored, score, now, stored), sent[i][1])
+                 for i, stored, score in reply.asked]
+        removed = [(key_of(name), name) for name in reply.unrecorded
+                   if name not in prepared.entries]  # one skipped above is still configured
+        whole = False
+    logger.info("beat: Synced %d static entries", len(prepared.entries))
 
 
 def sync_through(store: ScheduleStore, specs: dict[str, Any], key_of: Callable[[str], str],

@@ -165,15 +165,33 @@ class Fetch:
 
 @dataclass(frozen=True)
 class StaticWrite:
+    """One static as sync_statics.lua takes it: what ``beat_schedule`` says of it, and
+    optionally its score with the stored meta it was worked out from."""
+
     key: str
     name: str
     definition: str
-    meta: str
-    score: float
-    changed: str
     policy: str | None = None  # the ``policy`` field; None: none (an old one is removed)
     #: the ``labels`` field as :meth:`ScheduleStore.save` takes it (None: kept)
     labels: str | None = None
+    #: the score to write; None: the stored one where it holds, else ask (StaticsSync)
+    score: float | None = None
+    #: what ``score`` was worked out from: FRESH (a static seen the first time: no meta
+    #: and no score stored), or the stored meta (None: no meta stored)
+    basis: str | None = None
+
+
+#: The basis of a static's score when it is seen the first time (StaticWrite.basis).
+FRESH = "\0fresh"
+
+
+class StaticsSync(NamedTuple):
+    """What sync_statics.lua left to the client: the statics whose score the stored data
+    decides (index in the call, stored meta, stored score), and the recorded statics no
+    longer configured (names)."""
+
+    asked: list[tuple[int, str | None, float | None]]
+    unrecorded: list[str]
 
 
 class Save(NamedTuple):
@@ -254,7 +272,7 @@ class ScheduleStore:
         self.wait_refused = False
         self._scripts = {
             name: client.register_script(load_script(name))
-            for name in ("tick", "commit", "confirm", "hold", "read_statics", "sync_statics",
+            for name in ("tick", "commit", "confirm", "hold", "sync_statics",
                          "release", "extend", "sweep", "failure", "view_metas",
                          "count_quarantined", "view_match", "band_entries", "outcome",
                          "save", "remove", "held_sample")
@@ -552,27 +570,25 @@ class ScheduleStore:
 
     # -- statics -------------------------------------------------------------------------
 
-    def read_statics(
-        self, keys: Sequence[str]
-    ) -> tuple[set[str], list[tuple[str | None, float | None]]]:
-        """The recorded static names, and the meta and score of each key given."""
-        reply = self._run("read_statics", [self.keys.schedule, self.keys.statics],
-                          [json.dumps(list(keys), ensure_ascii=False)])
-        names, stored = json.loads(reply.payload[0])
-        pairs = [(meta, None if score is None else float(score)) for meta, score in stored or ()]
-        return set(names or ()), pairs
-
-    def write_statics(
-        self, writes: Sequence[StaticWrite], removed: Sequence[tuple[str, str]],
-        lease: Lease | None,
-    ) -> None:
-        entries = json.dumps([[w.key, w.name, w.definition, w.meta, repr(w.score), w.changed,
-                               w.policy or "", w.labels or ""] for w in writes],
-                             ensure_ascii=False)
+    def sync_statics(self, statics: Sequence[StaticWrite], changed: str, meta: str,
+                     removed: Sequence[tuple[str, str]], lease: Lease | None,
+                     whole: bool) -> StaticsSync:
+        """Write ``statics`` where the stored data allows (see sync_statics.lua), delete
+        ``removed`` (key, name), in one round trip fenced by ``lease`` (None: unfenced);
+        ``whole``: ``statics`` is the whole beat_schedule, so the recorded names not in
+        it are returned."""
+        entries = json.dumps([
+            [w.key, w.name, w.definition, w.policy or "", w.labels or "",
+             None if w.score is None else repr(w.score),
+             None if w.basis == FRESH else (w.basis if w.basis is not None else False)]
+            for w in statics], ensure_ascii=False)
         gone = json.dumps([list(pair) for pair in removed], ensure_ascii=False)
         lock_key, token, _ = self._lease_args(lease)
-        keys = [self.keys.schedule, lock_key, self.keys.statics]
-        self._run("sync_statics", keys, [token, entries, gone]).fenced()
+        reply = self._run("sync_statics", [self.keys.schedule, lock_key, self.keys.statics],
+                          [token, entries, changed, meta, gone, "1" if whole else ""])
+        asked, unrecorded = json.loads(reply.fenced()[0])
+        return StaticsSync([(index - 1, stored or None, None if score is False else float(score))
+                            for index, stored, score in asked or ()], list(unrecorded or ()))
 
     # -- single entries (the Python API and the CLI) -------------------------------------
 
