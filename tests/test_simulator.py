@@ -3,8 +3,8 @@ tick and a real Redis, every dispatch compared with the independent oracle.
 
 See tests/sim/ (driver, oracle, cases, profiles); the long profile is
 ``python -m tests.sim``. Budget: about 35 s of CPU, 45-70 s of wall time on two loaded
-cores. A case the core still gets wrong is marked ``xfail(strict=True)`` with the issue
-item: it fails the suite the day it is fixed, so the mark is removed then.
+cores. A case the core still gets wrong is listed in ``KNOWN`` with the issue item: it
+fails the suite the day it is fixed, so it is removed then.
 """
 
 from __future__ import annotations
@@ -15,53 +15,35 @@ import pytest
 from celery import Celery
 from celery import schedules as celery_schedules
 
-from sim.driver import Outcome, simulate
+from sim.driver import simulate
 from sim.oracle import Cron, Zone, cron_runs, relative_interval_runs
 from sim.profiles import fast_profile
 from support.redis_server import RedisServer
 
 SCENARIOS = {scenario.name: scenario for scenario in fast_profile()}
 
-#: (scenario, case) -> why it still mismatches (an issue item): marked xfail(strict).
+#: (scenario, case) -> why it still mismatches (an issue item): expected to mismatch, and
+#: the test fails the day it matches, so the entry is removed then.
 KNOWN: dict[tuple[str, str], str] = {}
 
 
-def params() -> list[object]:
-    found = []
-    for scenario in SCENARIOS.values():
-        for case in scenario.cases:
-            reason = KNOWN.get((scenario.name, case.name))
-            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-            found.append(pytest.param(scenario.name, case.name, marks=marks,
-                                      id=f"{scenario.name}:{case.name}"))
-    return found
-
-
-@pytest.fixture(scope="module")
-def outcomes() -> dict[str, dict[str, Outcome]]:
-    """Each scenario runs once, on first use, on its own server (the flushing fixture
-    would wipe a scenario's data between its cases otherwise)."""
-    return {}
-
-
-def outcome_of(outcomes: dict[str, dict[str, Outcome]], scenario: str, case: str,
-               server: RedisServer) -> Outcome:
-    if scenario not in outcomes:
-        server.client().flushall()
-        found, _ = simulate(SCENARIOS[scenario], server.url)
-        outcomes[scenario] = {outcome.case: outcome for outcome in found}
-    return outcomes[scenario][case]
-
-
-@pytest.mark.parametrize(("scenario", "case"), params())
-def test_dispatches_match_the_oracle(redis_server_session: RedisServer,
-                                     outcomes: dict[str, dict[str, Outcome]],
-                                     scenario: str, case: str) -> None:
-    outcome = outcome_of(outcomes, scenario, case, redis_server_session)
-    shown = "\n".join(outcome.mismatches[:20])
-    assert not outcome.mismatches, (
-        f"{len(outcome.mismatches)} mismatch(es) over {outcome.compared} expected "
-        f"dispatches:\n{shown}")
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_dispatches_match_the_oracle(redis_server: RedisServer, scenario: str) -> None:
+    """A scenario is one test, its cases checked together: with a test per case, xdist
+    split a scenario's cases between its workers and each simulated the scenario again
+    (up to 19 s of CPU each)."""
+    found, _ = simulate(SCENARIOS[scenario], redis_server.url)
+    problems = []
+    for outcome in found:
+        known = KNOWN.get((scenario, outcome.case))
+        if known and not outcome.mismatches:
+            problems.append(f"{outcome.case}: matches the oracle now; remove it from KNOWN "
+                            f"({known})")
+        elif outcome.mismatches and not known:
+            shown = "\n  ".join(outcome.mismatches[:20])
+            problems.append(f"{outcome.case}: {len(outcome.mismatches)} mismatch(es) over "
+                            f"{outcome.compared} expected dispatches:\n  {shown}")
+    assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata"])
