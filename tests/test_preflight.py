@@ -14,6 +14,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from celery import Celery
@@ -81,22 +82,28 @@ def test_beat_refuses_an_unknown_app_zone_in_one_line_and_changes_no_entry(tmp_p
 
 @pytest.mark.redis_server
 def test_the_celery_cli_refuses_an_unknown_app_zone_with_exit_8(tmp_path, redis_server):
+    """A real ``celery -A`` process for ``list`` (its whole standard error is the one
+    line); the other commands in this process, the app handed over as celery hands it."""
     write_app(tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path),
                                                          os.environ.get("PYTHONPATH", "")]),
            "BEATAPP_CONF": json.dumps({"broker_url": redis_server.url, "timezone": TYPO,
                                        "redbeat_redis_url": redis_server.url}),
            "BEATAPP_RESULTS_URL": redis_server.url}
-    for args in (["list"], ["add", "x", "beatapp.record", "--cron", "0 9 * * *"],
-                 ["unquarantine", "--all"]):
-        result = subprocess.run([sys.executable, "-m", "celery", "-A", "beatapp", "redbeat",
-                                 *args], capture_output=True, text=True, timeout=120,
-                                cwd=tmp_path, env=env)
-        assert result.returncode == EXIT_SETTINGS, result.stderr
-        assert result.stderr.strip().splitlines() == [
-            "error: invalid Celery setting: timezone='Europe/Pariss' is not a time zone "
+    line = ("error: invalid Celery setting: timezone='Europe/Pariss' is not a time zone "
             "(ZoneInfoNotFoundError); give an IANA name such as 'Europe/Paris' (every "
-            "entry without a zone of its own runs in it)"]
+            "entry without a zone of its own runs in it)")
+    result = subprocess.run([sys.executable, "-m", "celery", "-A", "beatapp", "redbeat",
+                             "list"], capture_output=True, text=True, timeout=120,
+                            cwd=tmp_path, env=env)
+    assert result.returncode == EXIT_SETTINGS, result.stderr
+    assert result.stderr.strip().splitlines() == [line]
+    for args in (["add", "x", "beatapp.record", "--cron", "0 9 * * *"],
+                 ["unquarantine", "--all"]):
+        app = make_app(redis_server.url, timezone=TYPO)
+        invoked = CliRunner().invoke(main, args, obj=SimpleNamespace(app=app))
+        assert invoked.exit_code == EXIT_SETTINGS, invoked.output
+        assert invoked.stderr.strip().splitlines() == [line]
     assert redis_server.client().keys("*") == []
 
 
