@@ -1,9 +1,10 @@
 """Changing entries from the command line: statics guarded, fields edited in place, task
 names checked against the app, listings paged, imports summarised, `show` readable.
 
-The standalone cases run the command in this process (click's runner); the `celery -A proj
-redbeat` cases run the real command in a subprocess (the app is the point there), against
-the suite's own redis-server.
+The commands run in this process (click's runner), against the suite's own redis-server;
+the `celery -A proj redbeat` cases hand the project's app over as celery's command line
+hands it (the app's tasks and ``beat_schedule`` are the point there; the real ``celery
+-A`` process is tests/test_cli.py's).
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-import sys
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from celery import Celery
 from click.testing import CliRunner
 
 from conftest import make_app
@@ -36,9 +38,14 @@ def redbeat(url: str, *args: str, stdin: str | None = None) -> subprocess.Comple
     return subprocess.CompletedProcess(argv, result.exit_code, result.stdout, result.stderr)
 
 
-def celery_redbeat(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "celery", "-A", "proj", "redbeat", *args],
-                          capture_output=True, text=True, cwd=directory, timeout=60)
+def celery_redbeat(project: Callable[[], Celery], *args: str
+                   ) -> subprocess.CompletedProcess[str]:
+    """``celery -A proj redbeat ...`` in this process: a new app of the project (as each
+    process imports its own) handed over as ``ctx.obj.app``."""
+    result = CliRunner().invoke(main, list(args), obj=SimpleNamespace(app=project()),
+                                catch_exceptions=False)
+    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout,
+                                       result.stderr)
 
 
 def definition(redis_server, name: str) -> dict:
@@ -83,18 +90,16 @@ def test_statics_are_refused_without_force_and_come_back_as_the_message_says(red
 
 
 def test_a_static_of_the_apps_beat_schedule_is_guarded_before_any_beat_wrote_it(
-        redis_server, tmp_path):
-    (tmp_path / "proj.py").write_text(
-        "from celery import Celery\n"
-        "app = Celery('proj', broker='memory://')\n"
-        f"app.conf.redbeat_redis_url = {redis_server.url!r}\n"
-        "app.conf.beat_schedule = {'nightly': {'task': 'proj.job', 'schedule': 60.0}}\n"
-        "@app.task(name='proj.job')\n"
-        "def job():\n"
-        "    return 1\n")
-    refused = celery_redbeat(tmp_path, "add", "nightly", "proj.job", "--every", "5m")
+        redis_server):
+    def project() -> Celery:
+        app = make_app(redis_server.url, beat_schedule={
+            "nightly": {"task": "proj.job", "schedule": 60.0}})
+        app.task(name="proj.job")(job)
+        return app
+
+    refused = celery_redbeat(project, "add", "nightly", "proj.job", "--every", "5m")
     assert refused.returncode == 7 and BACK in refused.stderr
-    other = celery_redbeat(tmp_path, "--prefix", "elsewhere:", "add", "nightly", "proj.job",
+    other = celery_redbeat(project, "--prefix", "elsewhere:", "add", "nightly", "proj.job",
                            "--every", "5m")  # no beat writes the app's statics there
     assert other.returncode == 0, other.stderr
 
@@ -171,28 +176,26 @@ def test_edit_changes_one_field_in_place_and_keeps_the_rest(redis_server):
 
 # -- 3. task names checked against the app ------------------------------------------------
 
-TASK_PROJECT = """
-from celery import Celery
-app = Celery("proj", broker="memory://")
-app.conf.redbeat_redis_url = {url!r}
-
-@app.task(name="proj.ping")
-def ping():
-    return "pong"
-"""
+def job() -> int:
+    """A project's task (registered by name on each app built)."""
+    return 1
 
 
-def test_task_names_are_checked_when_the_app_is_known(redis_server, tmp_path):
-    (tmp_path / "proj.py").write_text(TASK_PROJECT.format(url=redis_server.url))
-    typo = celery_redbeat(tmp_path, "add", "p", "proj.pnig", "--every", "1m")
+def test_task_names_are_checked_when_the_app_is_known(redis_server):
+    def project() -> Celery:
+        app = make_app(redis_server.url)
+        app.task(name="proj.ping")(job)
+        return app
+
+    typo = celery_redbeat(project, "add", "p", "proj.pnig", "--every", "1m")
     assert typo.returncode == 5, typo.stderr
     assert "TASK: no task named 'proj.pnig'" in typo.stderr
     assert "did you mean proj.ping?" in typo.stderr
     assert not redis_server.client().exists("redbeat:p")
-    assert celery_redbeat(tmp_path, "add", "p", "proj.ping", "--every", "1m").returncode == 0
-    edit = celery_redbeat(tmp_path, "edit", "p", "--task", "proj.pong")
+    assert celery_redbeat(project, "add", "p", "proj.ping", "--every", "1m").returncode == 0
+    edit = celery_redbeat(project, "edit", "p", "--task", "proj.pong")
     assert edit.returncode == 5 and "--task: no task named 'proj.pong'" in edit.stderr
-    forced = celery_redbeat(tmp_path, "add", "q", "elsewhere.task", "--every", "1m", "--force")
+    forced = celery_redbeat(project, "add", "q", "elsewhere.task", "--every", "1m", "--force")
     assert forced.returncode == 0, forced.stderr
     # standalone, the app is unknown: any name is taken
     assert redbeat(redis_server.url, "add", "r", "elsewhere.task", "--every", "1m").returncode == 0
