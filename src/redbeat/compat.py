@@ -45,10 +45,21 @@ def overrides(owner: object, base: type, name: str) -> bool:
     cls = owner if isinstance(owner, type) else type(owner)
     if cls is base:
         return False  # most calls (no subclass): no walk of the class's MRO per entry
-    found = inspect.getattr_static(cls, name, None)
-    if found is inspect.getattr_static(base, name, None):
+    found = stored(cls, name)
+    if found is stored(base, name):
         return False
     return not getattr(getattr(found, "__func__", found), OWN, False)
+
+
+def stored(cls: type, name: str) -> Any:
+    """``name`` as stored on the first class of ``cls``'s MRO that defines it (None:
+    none does): what ``inspect.getattr_static`` finds for a method, a property or a
+    static method, without its checks of metaclasses and instance dictionaries, which
+    made the scheduler's questions a tick asks cost more than its round trip."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return None
 
 
 def overridden(owner: object, base: type, names: Iterable[str]) -> list[str]:
