@@ -520,11 +520,13 @@ class RedBeatScheduler(Scheduler):
         """One page of parked members on taking the lead and then once a minute:
         finished entries whose time-to-live ran out leave a member no tick reads, which
         would otherwise accumulate forever."""
-        self._sweep_offset, dropped = self.store.sweep_parked(self._sweep_offset, SWEEP_PAGE)
+        self._sweep_offset, dropped, beats = self.store.sweep_parked(self._sweep_offset,
+                                                                     SWEEP_PAGE)
         self._sweep_at = now_ts + SWEEP_EVERY
         # a node killed without closing leaves its heartbeat behind; forget it once it is
         # older than any live node's can be
-        self.store.forget_nodes_older_than(now_ts - max(SWEEP_EVERY, 10 * self.lock_timeout))
+        self.store.forget_nodes_older_than(now_ts - max(SWEEP_EVERY, 10 * self.lock_timeout),
+                                           beats)
         if dropped:
             logger.info("beat: Dropped %d expired finished entries from the schedule", dropped)
 

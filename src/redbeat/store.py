@@ -360,10 +360,11 @@ class ScheduleStore:
                 and value.get("state") == "online"))
         return config if isinstance(config, dict) else {}
 
-    def forget_nodes_older_than(self, cutoff: float) -> None:
-        """Drop heartbeats (``"<role> <epoch seconds>"``) older than ``cutoff``; one that
-        cannot be read is dropped too."""
-        readable = heartbeats(fields := self.nodes())
+    def forget_nodes_older_than(self, cutoff: float, fields: dict[str, str]) -> None:
+        """Drop those of the heartbeats ``fields`` (``"<role> <epoch seconds>"``, as
+        :meth:`sweep_parked` read them) older than ``cutoff``; one that cannot be read is
+        dropped too (one round trip, only when there are)."""
+        readable = heartbeats(fields)
         stale = [node for node in fields
                  if node not in readable or readable[node].at < cutoff]
         if stale:
@@ -521,11 +522,14 @@ class ScheduleStore:
                           [task_id, message, definition_sha1(definition), definition])
         return reply.status == "ok"
 
-    def sweep_parked(self, offset: int, count: int) -> tuple[int, int]:
+    def sweep_parked(self, offset: int, count: int) -> tuple[int, int, dict[str, str]]:
         """Drop up to ``count`` parked members whose hash expired, from ``offset`` on;
-        returns where to continue (0: start over) and how many were dropped."""
-        next_offset, dropped = self._run("sweep", [self.keys.schedule], [offset, count]).payload
-        return int(next_offset), int(dropped)
+        returns where to continue (0: start over), how many were dropped, and every
+        node's heartbeat (as :meth:`nodes`), read in the same call."""
+        next_offset, dropped, flat = self._run(
+            "sweep", [self.keys.schedule, self.keys.nodes], [offset, count]).payload
+        beats = node_fields([(node, float(score)) for node, score in pairs(flat).items()])
+        return int(next_offset), int(dropped), beats
 
     # -- the lock ------------------------------------------------------------------------
 

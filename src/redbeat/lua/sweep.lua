@@ -4,10 +4,15 @@
 -- Unfenced on purpose: removing a member whose hash no longer exists is correct from
 -- any node, and a save writes the hash and the member in one transaction.
 --
+-- The heartbeats are read in the same call: the leader forgets those of nodes gone
+-- without closing, and a sweep is when it looks (one round trip for both).
+--
 -- KEYS[1] - schedule sorted set (parked members have score -1)
+-- KEYS[2] - nodes sorted set (the heartbeats)
 -- ARGV[1] - offset into the parked members to start at
 -- ARGV[2] - how many parked members to look at
--- returns {'ok', offset to continue at (0 once the end was reached), members dropped}
+-- returns {'ok', offset to continue at (0 once the end was reached), members dropped,
+--          heartbeats {node, score, ...} ({} when the key holds another type)}
 local count = tonumber(ARGV[2])
 local members = redis.call('ZRANGEBYSCORE', KEYS[1], -1, -1, 'LIMIT', ARGV[1], count)
 local dropped, removed = 0, 0
@@ -25,7 +30,11 @@ for _, key in ipairs(members) do
     removed = removed + 1
   end
 end
-if #members < count then
-  return {'ok', 0, dropped}
+local beats = redis.pcall('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+if beats.err then
+  beats = {}  -- the hash of earlier builds: tick.lua replaces it at its heartbeat
 end
-return {'ok', tonumber(ARGV[1]) + #members - removed, dropped}
+if #members < count then
+  return {'ok', 0, dropped, beats}
+end
+return {'ok', tonumber(ARGV[1]) + #members - removed, dropped, beats}
