@@ -7,6 +7,7 @@ django-celery-beat's DatabaseScheduler would, from the same rows."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -42,6 +43,22 @@ def make_dcb_database(url: str) -> dict[str, float]:
     done = subprocess.run([sys.executable, str(SUPPORT / "dcb.py"), url], check=True,
                           capture_output=True, text=True, timeout=300)
     return json.loads(done.stdout.strip().splitlines()[-1])["next"]
+
+
+@pytest.fixture(scope="module")
+def dcb_sqlite(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, float]]:
+    """One SQLite database of django-celery-beat's (its migrations run in a Django
+    process of their own, seconds each), copied by each test that uses it: the rows and
+    DatabaseScheduler's next runs are the same for every copy."""
+    path = tmp_path_factory.mktemp("dcb") / "db.sqlite3"
+    return path, make_dcb_database(f"sqlite:///{path}")
+
+
+def sqlite_copy(dcb_sqlite: tuple[Path, dict[str, float]], tmp_path: Path) -> str:
+    """A URL of this test's own copy of the module's database."""
+    path = tmp_path / "db.sqlite3"
+    shutil.copyfile(dcb_sqlite[0], path)
+    return f"sqlite:///{path}"
 
 
 def imported(app: Celery, url: str) -> ForeignPlan:
@@ -81,9 +98,9 @@ def check_fields(app: Celery) -> None:
     assert not entry(app, "paused").enabled
 
 
-def test_django_celery_beat_sqlite(app: Celery, tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
-    expected = make_dcb_database(url)
+def test_django_celery_beat_sqlite(app: Celery, tmp_path: Path, dcb_sqlite) -> None:
+    url = sqlite_copy(dcb_sqlite, tmp_path)
+    expected = dcb_sqlite[1]
     plan = imported(app, url)
     assert len(plan.created) == 10 and not plan.refused
     assert "its description is not carried (entries here have none)" in \
@@ -116,9 +133,9 @@ def test_django_celery_beat_postgresql(app: Celery) -> None:
         check_fields(app)
 
 
-def test_cli_dry_run_then_import(app: Celery, redis_server, tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
-    make_dcb_database(url)
+def test_cli_dry_run_then_import(app: Celery, redis_server, tmp_path: Path,
+                                 dcb_sqlite) -> None:
+    url = sqlite_copy(dcb_sqlite, tmp_path)
     base = ["--url", redis_server.url, "import", "--from", "django-celery-beat",
             "--database", url]
     dry = CliRunner().invoke(main, [*base, "--dry-run"])
@@ -134,10 +151,11 @@ def test_cli_dry_run_then_import(app: Celery, redis_server, tmp_path: Path) -> N
 
 
 def test_cli_reports_a_row_it_cannot_carry_and_imports_the_rest(app: Celery, redis_server,
-                                                                tmp_path: Path) -> None:
+                                                                tmp_path: Path,
+                                                                dcb_sqlite) -> None:
     import sqlite3
+    sqlite_copy(dcb_sqlite, tmp_path)
     path = tmp_path / "db.sqlite3"
-    make_dcb_database(f"sqlite:///{path}")
     with sqlite3.connect(path) as db:
         db.execute("UPDATE django_celery_beat_periodictask SET args = '[1,' "
                    "WHERE name = 'poll'")
