@@ -1,8 +1,8 @@
 """Soak: three real beat nodes while a seeded random writer pours valid and hostile
 writes into the schedule and the leader is killed (SIGKILL, then restarted), frozen
 (SIGSTOP past its lock, then SIGCONT) and cut off from the broker, in a seeded order.
-Each disruption waits for the leader before it to have sent a few messages: the pace is
-counted in sends, not seconds, so a loaded machine only makes the soak longer.
+Each disruption waits for the leader to have sent a few slots due since the last: the
+pace is counted in sends, not seconds, so a loaded machine only makes the soak longer.
 
 Hostile writes: malformed JSON, unknown schedule types, poison definitions, names that
 are internal keys (raw HSET/ZADD), members outside the prefix, garbage pending records,
@@ -55,9 +55,10 @@ SEED = int(os.environ.get("REDBEAT_SOAK_SEED", "20261123"))
 #: plan: one kill, one freeze and one broker outage.
 DURATION = float(os.environ.get("REDBEAT_SOAK_SECONDS", "0"))
 PLAN = ("kill", "freeze", "outage")
-#: Messages the leader sends between two disruptions (3-4 s of the writer's entries): a
-#: node led meanwhile, so the cadence is judged on slots a leader could send
-LEAD_SENDS = 8
+#: Slots due after a disruption that the leader sends before the next one (3-5 s of the
+#: writer's entries, not counting the catch-up and re-sends of the takeover): a node led
+#: meanwhile, so the cadence is judged on slots a leader could send
+LEAD_SENDS = 10
 LOCK_TIMEOUT = 3
 PREFIX = "redbeat:"
 SCHEDULE = "redbeat::schedule"
@@ -243,7 +244,8 @@ class Chaos:
         self.nodes = [cluster.beat(f"beat{i}") for i in range(3)]
         self.killed: list = []
         self.windows: list[tuple[float, float, str]] = []  # (begin, end, action)
-        self.leaderless: list[tuple[float, float, str]] = []  # (begin, new leader, action)
+        # (begin, end, action): no node led, or the broker was down
+        self.leaderless: list[tuple[float, float, str]] = []
         self.takeovers: list[float] = []
 
     def leader(self):
@@ -257,15 +259,13 @@ class Chaos:
         return self.leader() or self.current_leader()
 
     def lead(self) -> None:
-        """Return once the broker's queue holds LEAD_SENDS more messages: a leader ran
-        meanwhile (a count, so a slow machine waits longer instead of failing)."""
-        queue = redis.Redis.from_url(self.broker.url)  # a new client: the broker restarts
-        try:
-            base = queue.llen("celery")
-            wait_until(lambda: queue.llen("celery") >= base + LEAD_SENDS, LIVENESS,
-                       f"{LEAD_SENDS} sends", interval=0.1)
-        finally:
-            queue.close()
+        """Return once LEAD_SENDS slots due from now on reached the broker: a leader ran
+        meanwhile past its catch-up (a count, so a slow machine waits longer instead of
+        failing)."""
+        now_ms = time.time() * 1000
+        wait_until(lambda: sum((m.due_ms or 0) > now_ms for m in broker_messages(
+            self.broker.url)) >= LEAD_SENDS, LIVENESS, f"{LEAD_SENDS} new slots sent",
+            interval=0.1, ignoring=(redis.ConnectionError,))
 
     def broker_outage(self, meanwhile) -> None:
         """The broker down for a few seconds: what the leader claims meanwhile is held
@@ -277,6 +277,9 @@ class Chaos:
         time.sleep(BROKER_DOWN / 2)
         self.broker.start()
         self.outage = (begin, time.time())
+        # a node leads, but its ticks wait on the broker (bounded) meanwhile: slots due
+        # then may be coalesced, as after a takeover
+        self.leaderless.append((begin, time.time() + 1.5, "outage"))
 
     def disrupt(self, action: str, meanwhile) -> None:
         if action == "outage":
