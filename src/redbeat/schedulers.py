@@ -289,13 +289,11 @@ class RedBeatScheduler(Scheduler):
         def key_of(name: str) -> str:  # the entry class's key
             return self.Entry.generate_key(self.app, name)
 
-        if compat.shapes_statics(self, RedBeatScheduler):
-            statics.sync_through(self.store, statics.configured(self.app, self.config),
-                                 key_of, self.update_from_dict)
-            return
         specs = statics.configured(self.app, self.config)
-        if self._statics is None or not self._statics.made_from(specs):
-            self._statics = statics.Prepared(specs, self.static_entries())
+        if compat.shapes_statics(self, RedBeatScheduler):
+            statics.sync_through(self.store, specs, key_of, self.update_from_dict)
+            return
+        self._statics = statics.prepared(self._statics, specs, self.static_entries)
         statics.sync(self.store, self._statics, key_of, None if starting else self._lease(),
                      now, fresh=starting)
 
@@ -520,13 +518,11 @@ class RedBeatScheduler(Scheduler):
         """One page of parked members on taking the lead and then once a minute:
         finished entries whose time-to-live ran out leave a member no tick reads, which
         would otherwise accumulate forever."""
-        self._sweep_offset, dropped, beats = self.store.sweep_parked(self._sweep_offset,
-                                                                     SWEEP_PAGE)
-        self._sweep_at = now_ts + SWEEP_EVERY
-        # a node killed without closing leaves its heartbeat behind; forget it once it is
+        # a node killed without closing leaves its heartbeat behind: forgotten once it is
         # older than any live node's can be
-        self.store.forget_nodes_older_than(now_ts - max(SWEEP_EVERY, 10 * self.lock_timeout),
-                                           beats)
+        self._sweep_offset, dropped = self.store.sweep_parked(
+            self._sweep_offset, SWEEP_PAGE, now_ts - max(SWEEP_EVERY, 10 * self.lock_timeout))
+        self._sweep_at = now_ts + SWEEP_EVERY
         if dropped:
             logger.info("beat: Dropped %d expired finished entries from the schedule", dropped)
 

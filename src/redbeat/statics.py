@@ -106,6 +106,15 @@ class Prepared:
         return self.specs == snapshot(specs)
 
 
+def prepared(made: Prepared | None, specs: dict[str, Any],
+             entries: Callable[[], dict[str, RedBeatSchedulerEntry]]) -> Prepared:
+    """``made`` when it was made from items equal to ``specs``, else the statics made
+    again (``entries``: the scheduler's ``static_entries``)."""
+    if made is not None and made.made_from(specs):
+        return made
+    return Prepared(specs, entries())
+
+
 def snapshot(specs: dict[str, Any]) -> dict[str, Any]:
     """``specs`` with each item copied: an item changed in place compares unequal."""
     return {name: copy.copy(spec) for name, spec in specs.items()}

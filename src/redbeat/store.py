@@ -360,16 +360,6 @@ class ScheduleStore:
                 and value.get("state") == "online"))
         return config if isinstance(config, dict) else {}
 
-    def forget_nodes_older_than(self, cutoff: float, fields: dict[str, str]) -> None:
-        """Drop those of the heartbeats ``fields`` (``"<role> <epoch seconds>"``, as
-        :meth:`sweep_parked` read them) older than ``cutoff``; one that cannot be read is
-        dropped too (one round trip, only when there are)."""
-        readable = heartbeats(fields)
-        stale = [node for node in fields
-                 if node not in readable or readable[node].at < cutoff]
-        if stale:
-            self.retry.call(lambda: self.client.zrem(self.keys.nodes, *stale))
-
     def misplaced_types(self, exc: Exception) -> str:
         """What Redis's WRONGTYPE ``exc`` means, in words: which internal keys hold
         another type than redbeat keeps there (one round trip); '' for another error,
@@ -522,14 +512,20 @@ class ScheduleStore:
                           [task_id, message, definition_sha1(definition), definition])
         return reply.status == "ok"
 
-    def sweep_parked(self, offset: int, count: int) -> tuple[int, int, dict[str, str]]:
-        """Drop up to ``count`` parked members whose hash expired, from ``offset`` on;
-        returns where to continue (0: start over), how many were dropped, and every
-        node's heartbeat (as :meth:`nodes`), read in the same call."""
+    def sweep_parked(self, offset: int, count: int, forget_before: float) -> tuple[int, int]:
+        """Drop up to ``count`` parked members whose hash expired, from ``offset`` on, and
+        the heartbeats (read by the same script) older than ``forget_before`` or that
+        cannot be read (one more round trip, only when there are some); returns where to
+        continue (0: start over) and how many members were dropped."""
         next_offset, dropped, flat = self._run(
             "sweep", [self.keys.schedule, self.keys.nodes], [offset, count]).payload
-        beats = node_fields([(node, float(score)) for node, score in pairs(flat).items()])
-        return int(next_offset), int(dropped), beats
+        fields = node_fields([(node, float(score)) for node, score in pairs(flat).items()])
+        readable = heartbeats(fields)
+        stale = [node for node in fields
+                 if node not in readable or readable[node].at < forget_before]
+        if stale:
+            self.retry.call(lambda: self.client.zrem(self.keys.nodes, *stale))
+        return int(next_offset), int(dropped)
 
     # -- the lock ------------------------------------------------------------------------
 
