@@ -56,8 +56,9 @@ def due_ms(due: datetime) -> str:
     return str(round(due.timestamp() * 1000))
 
 
-def slot_task_id(name: str, due: datetime) -> str:
-    return f"{name}:{due_ms(due)}"
+def slot_task_id(name: str, due: datetime, slot_ms: str | None = None) -> str:
+    """The slot's task id; ``slot_ms``: its :func:`due_ms`, when worked out already."""
+    return f"{name}:{slot_ms or due_ms(due)}"
 
 
 class Claim(NamedTuple):
@@ -187,6 +188,7 @@ class CatchUp(NamedTuple):
     runs: list[datetime]  # of ``slots``, those within the misfire grace
     skipped: list[datetime]  # of ``slots``, those past it
     following: NextRun | None  # the slot after the latest
+    following_score: float  # its score (parked when there is none)
 
 
 def due_slots(schedule: Any, rules: EntryPolicy, name: str, run: NextRun,
@@ -199,8 +201,8 @@ def due_slots(schedule: Any, rules: EntryPolicy, name: str, run: NextRun,
         for slot in slots:
             send_at = run.send_at if slot == due else rules.send_time(name, slot)
             (skipped if rules.too_late(send_at, now) else runs).append(slot)
-    return CatchUp(slots, dropped, runs, skipped,
-                   following_run(schedule, rules, name, slots[-1]))
+    following = following_run(schedule, rules, name, slots[-1])
+    return CatchUp(slots, dropped, runs, skipped, following, score_of(following))
 
 
 class Timing(NamedTuple):
@@ -254,7 +256,7 @@ def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: Next
     due = run.due
     if catch_up is None:
         catch_up = due_slots(entry.schedule, rules, entry.name, run, now)
-    slots, dropped, runs, skipped, following = catch_up
+    slots, dropped, runs, skipped, following, following_score = catch_up
     if slots[0] != due and rules.coalesce:
         logger.info("beat: %s missed slots from %s; one catch-up run for %s",
                     entry.name, due, slots[-1])
@@ -270,7 +272,7 @@ def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: Next
         _count_misfires(row, fields, len(skipped) + dropped, skipped[-1] if skipped else None)
     if overlapping:
         _count_misfires(row, fields, overlapping, runs[0], "overlap")
-    _send(row, entry, rules, runs, fields, score_of(following),
+    _send(row, entry, rules, runs, fields, following_score,
           int(rules.ttl or 0) if following is None else 0, now, policy, plan)
 
 
@@ -292,13 +294,14 @@ def _send(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, runs: list
     A watched entry's latest run becomes its claimed slot, queued."""
     claims, pending, records = [], [], []
     for slot in runs:
-        task_id = slot_task_id(entry.name, slot) if policy.deterministic_task_ids \
+        slot_ms = due_ms(slot)
+        task_id = slot_task_id(entry.name, slot, slot_ms) if policy.deterministic_task_ids \
             else str(uuid.uuid4())
         claims.append(Claim(task_id, entry, slot))
         if policy.at_least_once:
             pending.append((task_id, repr(slot.timestamp())))
         if policy.record_history:
-            records.append((task_id, due_ms(slot)))
+            records.append((task_id, slot_ms))
     if row.watched and claims:
         last = claims[-1]
         queued = RunRecord(last.task_id, int(due_ms(last.due)), "queued", now.timestamp(),
