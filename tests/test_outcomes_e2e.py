@@ -223,9 +223,7 @@ def test_relative_to_execution_counts_the_interval_from_the_end_of_the_run(
     assert max(gaps) < 2.0 + 3.0, gaps  # and soon after: woken by the worker's report
 
 
-#: The held entry's lost_after: long enough for two 1-s slots to be skipped before it, and
-#: for the second worker to start before the slot sent after it has waited that long (at
-#: 4 s, a loaded machine's slow start had that slot recorded lost too).
+#: The held entry's lost_after: long enough for two 1-s slots to be skipped before it.
 HELD_BOUND = 6
 
 
@@ -266,7 +264,12 @@ def test_a_killed_worker_releases_an_entry_after_its_bound(tmp_path, redis_serve
     # lost: by beat after the bound, or at once by a worker the broker gave the same
     # message again (RabbitMQ requeues what a dead consumer had not acknowledged)
     lost = {o["task_id"] for o in records if o["outcome"] == "lost"}
-    assert lost == {killed.task_id}, records
+    assert killed.task_id in lost, records
+    # a slot sent after the bound may wait queued past its own bound while the second
+    # worker starts (a loaded machine: seen at load ~15 with two busy loops): lost by the
+    # same rule, never started; no run that started is lost but the killed one
+    assert all("started" not in o for o in records
+               if o["outcome"] == "lost" and o["task_id"] != killed.task_id), records
     first_success = next(o for o in records
                          if o["outcome"] == "success" and o["task_id"] != killed.task_id)
     # no later slot ran before the killed run was released: after its bound, or after
