@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from celery import Celery
+from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -21,6 +22,12 @@ from support import senders  # noqa: E402
 from support.redis_server import RedisServer, require_redis_server  # noqa: E402
 
 senders.install()
+
+# The property tests prove what is computed, not how fast: hypothesis's 200-ms deadline per
+# example and its check that inputs are generated quickly fail them on a loaded machine.
+settings.register_profile("redbeat", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("redbeat")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
