@@ -19,6 +19,7 @@ import redis
 
 from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
+from redbeat.policy import EntryPolicy
 from support.processes import CeleryProcess, Cluster
 from support.redis_server import RedisServer, redis_required, redis_server_binary
 from support.waiting import wait_until
@@ -69,8 +70,12 @@ def servers() -> Iterator[Servers]:
 @pytest.fixture
 def cluster(tmp_path, servers) -> Iterator[Cluster]:
     running = Cluster(tmp_path, servers.schedule.url, servers.broker.url)
+    # every slot runs, late or not (coalesce false): a beat starved of CPU on a loaded
+    # machine ticks late and would otherwise run several missed slots once, which the
+    # hung-broker test could not tell from a slot the fault lost
     RedBeatSchedulerEntry("every-second", "beatapp.record", 1.0, args=["tick"],
-                          app=make_app(servers.schedule.url)).save()
+                          app=make_app(servers.schedule.url),
+                          policy=EntryPolicy(coalesce=False, max_catch_up=30)).save()
     yield running
     for process in running.processes:  # a beat stuck on a frozen server must not hang this
         if process.process.poll() is None:
