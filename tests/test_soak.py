@@ -40,6 +40,7 @@ from redbeat import RedBeatSchedulerEntry
 from support.broker_audit import (
     broker_messages,
     ids_per_due_time,
+    logged_sends,
     repeated_ids,
     slots_by_entry,
 )
@@ -244,6 +245,7 @@ class Chaos:
         self.nodes = [cluster.beat(f"beat{i}") for i in range(3)]
         self.killed: list = []
         self.windows: list[tuple[float, float, str]] = []  # (begin, end, action)
+        self.disrupted: list[tuple[float, str]] = []  # (begin, name): a leader killed or frozen
         # (begin, end, action): no node led, or the broker was down
         self.leaderless: list[tuple[float, float, str]] = []
         self.takeovers: list[float] = []
@@ -286,6 +288,7 @@ class Chaos:
             return self.broker_outage(meanwhile)
         old = self.current_leader()
         begin = time.time()
+        self.disrupted.append((begin, old.name))
         if action == "kill":
             old.kill()
             self.nodes.remove(old)
@@ -304,8 +307,23 @@ class Chaos:
 
 def excused(due_s: float, windows: list[tuple[float, float, str]], margin: float = 1.5) -> bool:
     """Due around a disruption: documented to be missed while no node led (coalesced
-    into one catch-up run) or, in flight when its leader went, sent twice under one id."""
+    into one catch-up run)."""
     return any(begin - margin <= due_s <= end for begin, end, _ in windows)
+
+
+def documented_repeat(sends: list[tuple[float, str]], disrupted: list[tuple[float, str]],
+                      margin: float = 3.0) -> bool:
+    """Whether one slot's logged publishes, (time, node) each, are at-least-once's
+    documented repeat: a leader sent it at most ``margin`` seconds (the publish timeout)
+    before it was killed or frozen, so before it could confirm it, and another node sent
+    it again after. Judged by when the slot went out, not when it was due: the backlog
+    held over a broker outage goes out when the broker is back, and a leader frozen just
+    then leaves it all unconfirmed (seen with seed 20261123 at load ~17: the 19 slots due
+    during the outage, up to 4 s before the freeze, each sent twice)."""
+    return any(
+        any(node == victim and begin - margin <= when <= begin for when, node in sends)
+        and any(node != victim and when > begin for when, node in sends)
+        for begin, victim in disrupted)
 
 
 def cadence(valid: Valid, sent: list[int], windows, until: float) -> tuple[int, int, int]:
@@ -371,10 +389,14 @@ def test_soak(tmp_path, redis_server):
     logs = {n.name: n.log() for n in chaos.nodes + chaos.killed}
     text = "".join(logs.values())
     repeats = repeated_ids(messages)
+    sends = {task_id: [(when, name) for name, log in logs.items()
+                       for when, sent_id in logged_sends(log) if sent_id == task_id]
+             for task_id in repeats}
     slots = slots_by_entry(messages)
     pending = held_ids(client)
-    unexcused = {t: n for t, n in repeats.items()
-                 if n > 2 or not excused(int(t.rsplit(":", 1)[1]) / 1000, chaos.windows)}
+    unexcused = {t: sorted((round(when, 3), name) for when, name in sends[t])
+                 for t, n in repeats.items()
+                 if n > 2 or not documented_repeat(sends[t], chaos.disrupted)}
     figures = {v.name: cadence(v, slots.get(v.name, []), chaos.leaderless, until)
                for v in writer.valid.values()}
     weak = {name: f for name, f in figures.items() if f[1] >= 3 and f[0] < 0.7 * f[1]}
@@ -414,7 +436,7 @@ def test_soak(tmp_path, redis_server):
     published = {m.name for m in messages} - set(writer.valid)
     assert not published, {name: writer.poisons.get(name) for name in published}
     assert all(len(ids) == 1 for ids in ids_per_due_time(messages).values())
-    assert unexcused == {}, (unexcused, chaos.windows)
+    assert unexcused == {}, (unexcused, chaos.disrupted)  # each with its logged sends
     for valid in writer.valid.values():
         step = round(valid.every * 1000)
         assert all((due - valid.created_ms) % step == 0 for due in slots.get(valid.name, [])), \
