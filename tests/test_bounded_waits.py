@@ -19,7 +19,9 @@ import redis
 
 from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
+from redbeat.dispatch import PROBE_AFTER
 from redbeat.policy import EntryPolicy
+from support.broker_audit import logged_lines, logged_sends
 from support.processes import CeleryProcess, Cluster
 from support.redis_server import RedisServer, redis_required, redis_server_binary
 from support.waiting import wait_until
@@ -82,6 +84,17 @@ def cluster(tmp_path, servers) -> Iterator[Cluster]:
             process.kill()
 
 
+def first_sends(log: str) -> list[tuple[float, str]]:
+    """(epoch seconds, task id) of each slot's first publish the log records."""
+    seen: set[str] = set()
+    firsts = []
+    for when, task_id in logged_sends(log):
+        if task_id not in seen:
+            seen.add(task_id)
+            firsts.append((when, task_id))
+    return firsts
+
+
 def leaders(nodes: list[CeleryProcess]) -> list[CeleryProcess]:
     return [node for node in nodes if "Leading as" in node.log()]
 
@@ -101,7 +114,12 @@ def test_a_hung_broker_loses_no_slot_and_sends_none_twice(cluster, servers):
     nodes = [cluster.beat("beat0"), cluster.beat("beat1")]
     wait_until(lambda: len(leaders(nodes)) == 1, 120, "one leader")
     leader = leaders(nodes)[0]
-    leader.wait_for("Sending due task every-second", count=2)
+    # past the start-up's catch-up (the slots due since the entry was saved, sent
+    # together): the freeze then follows a slot sent in a tick of its own, and the next
+    # send, a second later, pings the broker first
+    leader.wait_for("Sending due task every-second")
+    caught_up = leader.log().count("Sending due task every-second")
+    leader.wait_for("Sending due task every-second", count=caught_up + 1)
     frozen_at = time.time()
     servers.freeze(servers.broker)
     time.sleep(FREEZE)
@@ -119,14 +137,25 @@ def test_a_hung_broker_loses_no_slot_and_sends_none_twice(cluster, servers):
     gaps = [later - earlier for earlier, later in zip(slots, slots[1:], strict=False)]
     lost = sum(gap // 1000 - 1 for gap in gaps)
     twice = {task_id: n for task_id, n in counts.items() if n > 1}
+    # A message written to the broker as it froze is delivered when it thaws, though the
+    # send timed out and the slot stays pending to be sent again: at-least-once's one
+    # ambiguity (docs/high-availability.md, "A hung broker is found by a ping": a broker
+    # that answered less than PROBE_AFTER ago is not pinged first). Only a slot whose
+    # first publish began then, and whose publish the leader logged as failed, may repeat.
+    log = leader.log()
+    in_flight = {task_id for when, task_id in first_sends(log)
+                 if frozen_at - PROBE_AFTER <= when <= thawed_at}
+    if not logged_lines(log, "slots failed, the broker cannot take it now"):
+        in_flight = set()
     during = [ms for ms in slots if frozen_at * 1000 <= ms <= thawed_at * 1000]
     took_lead = sum(node.log().count("Leading as") for node in nodes)
     print(f"\nhung broker for {thawed_at - frozen_at:.1f}s: {len(during)} slots due during the "
-          f"freeze, {lost} lost, {len(twice)} sent twice, leadership taken {took_lead} time(s)")
+          f"freeze, {lost} lost, {len(twice)} sent twice (in flight at the freeze: "
+          f"{sorted(in_flight)}), leadership taken {took_lead} time(s)")
     assert all(gap % 1000 == 0 for gap in gaps), gaps  # every id names a real slot
     assert slots[0] < frozen_at * 1000 and slots[-1] > thawed_at * 1000
     assert lost == 0, gaps
-    assert twice == {}
+    assert set(twice) <= in_flight, (twice, in_flight)
     assert len(during) >= FREEZE - 1
     assert took_lead == 1  # the lease never lapsed: no standby took over
     assert all(node.process.poll() is None for node in nodes)
