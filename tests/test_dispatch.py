@@ -186,6 +186,37 @@ def test_a_lease_that_cannot_be_renewed_stops_the_sends(app):
     assert sent.lease_lost and sent.done == ["a:1"]
 
 
+def test_a_renewed_lease_counts_from_when_the_renewal_was_asked_for(app):
+    """A renewal whose reply comes back late may have been applied as soon as it was
+    asked for: the lease a send is measured against starts then, not at the reply, or
+    a starved leader would think its lease lasts longer than it does."""
+    clock = Clock(1000.0)
+    writer = Writer()
+    writer.open.set()
+    dispatcher = dispatcher_for(app, writer, monotonic=clock)
+
+    class SlowReply(Lease):
+        reply_after = 0.0
+
+        def renew(self) -> bool:
+            renewed = super().renew()
+            clock.now += self.reply_after  # the reply comes that long after Redis renewed
+            return renewed
+
+    lease = SlowReply(store_for(app), app.redbeat_conf.keys.lock, 6.0)
+    assert lease.acquire(blocking=False)
+    lease.reply_after = 1.5
+
+    def slow(entry: RedBeatSchedulerEntry, task_id: str) -> None:
+        writer(entry, task_id)
+        clock.now += 3.0  # each send outlasts a third of the lease
+
+    dispatcher.send_one = slow
+    sent = dispatcher.send(slots(app, "a", "b"), lease, INLINE, 5.0)
+    assert sent.done == ["a:1", "b:1"]
+    assert lease.renewed_at == 1003.0  # asked after the first send, answered at 1004.5
+
+
 def test_the_inline_path_sends_on_the_callers_thread(app):
     threads: list[str] = []
     writer = Writer()

@@ -399,9 +399,12 @@ class Dispatcher:
             if lease is not None and self.monotonic() - extended_at > lease.timeout / 3:
                 # A slow broker must not let the lock lapse under a healthy leader. If it
                 # lapsed anyway, stop: the new leader re-sends what is still pending.
+                # Counted from when the renewal was asked for: Redis may have applied it
+                # at once and the reply come late, so the lease can end that much sooner.
+                asked_at = self.monotonic()
                 if not lease.renew():
                     return Sent(done, False, True)
-                extended_at = self.monotonic()
+                extended_at = asked_at
                 lease.renewed(extended_at)
             if self._waiting_on_broker():
                 return Sent(done, True, False)  # do not queue behind a send under way
