@@ -340,6 +340,38 @@ def test_slow_publishing_keeps_the_lock_alive(redis_server):
     scheduler.close()
 
 
+def test_the_commit_renews_the_lease_from_when_it_was_asked_for(redis_server):
+    """commit.lua renews the lease; its reply may come late (the WAIT for replicas, a
+    starved leader), so the lease the sends are measured against starts when the commit
+    was asked for, not when its reply came back."""
+    app = make_app(redis_server.url, redbeat_lock_timeout=4)
+    RedBeatSchedulerEntry("due", "tasks.x", 3600.0, app=app, last_run_at=hour_ago()).save()
+    scheduler = Recording(app, monotonic=Clock(1000.0))
+    scheduler.tick()  # takes the lock
+    original_commit = scheduler.store.commit
+
+    def late_reply(*args, **kwargs):
+        asked_at = scheduler.monotonic.now
+        result = original_commit(*args, **kwargs)
+        scheduler.monotonic.now = asked_at + 1.5
+        return result
+
+    scheduler.monotonic.now = 1000.5  # the tick's own read renews from 1000.5...
+    scheduler.store.commit = late_reply
+    original_fetch = scheduler.store.fetch
+
+    def fetch(*args, **kwargs):
+        result = original_fetch(*args, **kwargs)
+        scheduler.monotonic.now += 0.5  # ...and the commit is asked for at 1001.0
+        return result
+
+    scheduler.store.fetch = fetch
+    scheduler.tick()
+    assert [name for name, _ in scheduler.sent] == ["due"]
+    assert scheduler.lock.renewed_at == 1001.0  # not 1002.5, when the reply came
+    scheduler.close()
+
+
 def test_lock_lost_while_publishing_stops_and_confirms_what_was_sent(redis_server):
     app = make_app(redis_server.url, redbeat_lock_timeout=4)
     for i in range(4):

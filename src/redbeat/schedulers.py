@@ -416,6 +416,7 @@ class RedBeatScheduler(Scheduler):
         claims = plan.claims
         skipped: set[str] = set()
         drafts: Drafts = {}
+        committed_at = self.monotonic()  # the lease counts from the asking, not the reply
         if plan.ops:  # the claims' messages are drafted while commit.lua runs
             skipped, drafts = self.dispatcher.draft_during(
                 lambda: self.store.commit(plan.ops, lease, policy.node, now_ts), claims, path)
@@ -426,7 +427,7 @@ class RedBeatScheduler(Scheduler):
             # runs given up on: their outcome (the commit wrote their run field)
             self.store.append_outcomes(plan.lost, self.config.history_stream_length, skipped)
         if claims and lease is not None:
-            lease.renewed(self.monotonic())  # the commit that claimed them renewed it
+            lease.renewed(committed_at)  # the commit that claimed them renewed it
         sent = self.dispatcher.send_claims(claims, lease, path, self.poll_interval / 2, drafts)
         if policy.at_least_once:
             confirmed.extend(sent.done)
