@@ -44,11 +44,18 @@ logger = logging.getLogger("celery.beat")
 def celery_default_entries(app: Celery, configured: dict[str, Any]) -> dict[str, Any]:
     """The entries Celery's beat adds by itself: ``celery.backend_cleanup`` when
     results expire on a backend that cannot expire them (Celery's own rule)."""
-    if (app.conf.result_expires and not app.backend.supports_autoexpire
-            and "celery.backend_cleanup" not in configured):
-        return {"celery.backend_cleanup": {
-            "task": "celery.backend_cleanup", "schedule": crontab("0", "4", "*"),
-            "options": {"expires": 12 * 3600}}}
+    if (
+        app.conf.result_expires
+        and not app.backend.supports_autoexpire
+        and "celery.backend_cleanup" not in configured
+    ):
+        return {
+            "celery.backend_cleanup": {
+                "task": "celery.backend_cleanup",
+                "schedule": crontab("0", "4", "*"),
+                "options": {"expires": 12 * 3600},
+            }
+        }
     return {}
 
 
@@ -57,8 +64,9 @@ def configured(app: Celery, config: RedBeatConfig) -> dict[str, Any]:
     return {**celery_default_entries(app, config.schedule), **config.schedule}
 
 
-def built(specs: dict[str, Any], make: Callable[[str, Any], RedBeatSchedulerEntry],
-          what: str) -> dict[str, RedBeatSchedulerEntry]:
+def built(
+    specs: dict[str, Any], make: Callable[[str, Any], RedBeatSchedulerEntry], what: str
+) -> dict[str, RedBeatSchedulerEntry]:
     """Each of ``specs`` (name -> beat_schedule item) made an entry by ``make``; a
     malformed one is logged (as a ``what``) and skipped, so it cannot stop beat."""
     entries = {}
@@ -70,8 +78,9 @@ def built(specs: dict[str, Any], make: Callable[[str, Any], RedBeatSchedulerEntr
     return entries
 
 
-def static_score(entry: RedBeatSchedulerEntry, meta_text: str | None, score: float | None,
-                 now: datetime) -> float:
+def static_score(
+    entry: RedBeatSchedulerEntry, meta_text: str | None, score: float | None, now: datetime
+) -> float:
     """The score a static is written with: by the one rule (redbeat.nextrun), from its
     stored run history; a static seen the first time counts as having run now (its meta
     is written so), so it first runs one interval from now, as in Celery."""
@@ -98,16 +107,26 @@ class Prepared:
 
     def __post_init__(self) -> None:
         self.specs = snapshot(self.specs)
-        self.writes = [StaticWrite(entry.key, name, entry.definition_json(),
-                                   entry.policy.to_json(), label_rules.save_field(entry.labels))
-                       for name, entry in self.entries.items()]
+        self.writes = [
+            StaticWrite(
+                entry.key,
+                name,
+                entry.definition_json(),
+                entry.policy.to_json(),
+                label_rules.save_field(entry.labels),
+            )
+            for name, entry in self.entries.items()
+        ]
 
     def made_from(self, specs: dict[str, Any]) -> bool:
         return self.specs == snapshot(specs)
 
 
-def prepared(made: Prepared | None, specs: dict[str, Any],
-             entries: Callable[[], dict[str, RedBeatSchedulerEntry]]) -> Prepared:
+def prepared(
+    made: Prepared | None,
+    specs: dict[str, Any],
+    entries: Callable[[], dict[str, RedBeatSchedulerEntry]],
+) -> Prepared:
     """``made`` when it was made from items equal to ``specs``, else the statics made
     again (``entries``: the scheduler's ``static_entries``)."""
     if made is not None and made.made_from(specs):
@@ -120,8 +139,14 @@ def snapshot(specs: dict[str, Any]) -> dict[str, Any]:
     return {name: copy.copy(spec) for name, spec in specs.items()}
 
 
-def scored(write: StaticWrite, entry: RedBeatSchedulerEntry, meta_text: str | None,
-           score: float | None, now: datetime, basis: str | None) -> StaticWrite | None:
+def scored(
+    write: StaticWrite,
+    entry: RedBeatSchedulerEntry,
+    meta_text: str | None,
+    score: float | None,
+    now: datetime,
+    basis: str | None,
+) -> StaticWrite | None:
     """``write`` with the score the rule gives from what is stored (``basis``: the meta it
     follows, or FRESH); None, logged, when the schedule has no next run within bounds."""
     try:
@@ -132,8 +157,14 @@ def scored(write: StaticWrite, entry: RedBeatSchedulerEntry, meta_text: str | No
     return dataclasses.replace(write, score=upcoming, basis=basis)
 
 
-def sync(store: ScheduleStore, prepared: Prepared, key_of: Callable[[str], str],
-         lease: Lease | None, now: datetime, fresh: bool) -> None:
+def sync(
+    store: ScheduleStore,
+    prepared: Prepared,
+    key_of: Callable[[str], str],
+    lease: Lease | None,
+    now: datetime,
+    fresh: bool,
+) -> None:
     """Write the ``prepared`` statics (the meta only on a static seen the first time;
     ``fresh``: their first scores worked out beforehand, saving a round trip when they
     are new) and delete the recorded statics not among them (``key_of``: the entry
@@ -146,22 +177,30 @@ def sync(store: ScheduleStore, prepared: Prepared, key_of: Callable[[str], str],
     whole = True  # the first call names the recorded statics no longer configured
     while whole or removed or any(write is not None for write, _ in pairs):
         sent = [(write, entry) for write, entry in pairs if write is not None]
-        reply = store.sync_statics([write for write, _ in sent], changed, meta, removed,
-                                   lease, whole)
+        reply = store.sync_statics(
+            [write for write, _ in sent], changed, meta, removed, lease, whole
+        )
         for _, name in removed:
             logger.info("beat: Removed static entry %r (no longer in beat_schedule)", name)
         # what the stored data decides: each score worked out from what was read, held
         # by the script only while that is still what is stored
-        pairs = [(scored(sent[i][0], sent[i][1], stored, score, now, stored), sent[i][1])
-                 for i, stored, score in reply.asked]
-        removed = [(key_of(name), name) for name in reply.unrecorded
-                   if name not in prepared.entries]  # one skipped above is still configured
+        pairs = [
+            (scored(sent[i][0], sent[i][1], stored, score, now, stored), sent[i][1])
+            for i, stored, score in reply.asked
+        ]
+        removed = [
+            (key_of(name), name) for name in reply.unrecorded if name not in prepared.entries
+        ]  # one skipped above is still configured
         whole = False
     logger.info("beat: Synced %d static entries", len(prepared.entries))
 
 
-def sync_through(store: ScheduleStore, specs: dict[str, Any], key_of: Callable[[str], str],
-                 update_from_dict: Callable[[dict[str, Any]], None]) -> None:
+def sync_through(
+    store: ScheduleStore,
+    specs: dict[str, Any],
+    key_of: Callable[[str], str],
+    update_from_dict: Callable[[dict[str, Any]], None],
+) -> None:
     """2.4.2's way, for a subclass that overrides ``update_from_dict`` to shape the
     statics: the configured ``specs`` go through it, one save each."""
     for name in store.static_names() - set(specs):
