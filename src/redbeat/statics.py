@@ -40,6 +40,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("celery.beat")
 
+#: Calls of sync_statics.lua one sync makes at most. A static whose score follows from
+#: its stored run history is written only while that history is the one its score was
+#: worked out from; a writer changing it between each call and the next (ticks running
+#: the entry, an operator's edits) would otherwise keep the sync, and the node's
+#: start-up or lead, going round for as long as it writes.
+SYNC_CALLS = 4
+
 
 def celery_default_entries(app: Celery, configured: dict[str, Any]) -> dict[str, Any]:
     """The entries Celery's beat adds by itself: ``celery.backend_cleanup`` when
@@ -168,14 +175,15 @@ def sync(
     """Write the ``prepared`` statics (the meta only on a static seen the first time;
     ``fresh``: their first scores worked out beforehand, saving a round trip when they
     are new) and delete the recorded statics not among them (``key_of``: the entry
-    class's key for a name), fenced by ``lease`` (None: unfenced)."""
+    class's key for a name), fenced by ``lease`` (None: unfenced). A static whose stored
+    run history changed under each of SYNC_CALLS calls is left as stored, logged."""
     pairs = list(zip(prepared.writes, prepared.entries.values(), strict=True))
     if fresh:
         pairs = [(scored(write, entry, None, None, now, FRESH), entry) for write, entry in pairs]
     changed, meta = changed_json("static-sync", actor="beat"), meta_json(now, 0)
     removed: list[tuple[str, str]] = []
     whole = True  # the first call names the recorded statics no longer configured
-    while whole or removed or any(write is not None for write, _ in pairs):
+    for _ in range(SYNC_CALLS):
         sent = [(write, entry) for write, entry in pairs if write is not None]
         reply = store.sync_statics(
             [write for write, _ in sent], changed, meta, removed, lease, whole
@@ -192,7 +200,16 @@ def sync(
             (key_of(name), name) for name in reply.unrecorded if name not in prepared.entries
         ]  # one skipped above is still configured
         whole = False
-    logger.info("beat: Synced %d static entries", len(prepared.entries))
+        if not removed and all(write is None for write, _ in pairs):
+            logger.info("beat: Synced %d static entries", len(prepared.entries))
+            return
+    left = [entry.name for write, entry in pairs if write is not None]
+    logger.warning(
+        "beat: Static entries %s changed in Redis during each of %d writes; left "
+        "as stored until this node next starts or takes the lead",
+        ", ".join(map(repr, left)),
+        SYNC_CALLS,
+    )
 
 
 def sync_through(
