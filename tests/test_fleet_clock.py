@@ -35,16 +35,19 @@ from support.waiting import wait_until
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 
-@pytest.mark.parametrize(("samples", "offset", "lines"), [
-    # (sent, received, server) per round trip
-    ([(100.0, 100.002, 130.001)], 30.0, 1),                # 30 s behind: corrected, logged
-    ([(100.0, 100.002, 70.001)], -30.0, 1),                # 30 s ahead
-    ([(100.0, 100.002, 100.2)], 0.199, 0),                 # NTP-sized: corrected, quiet
-    ([(100.0, 100.002, 130.001), (101.0, 101.002, 131.001)], 30.0, 1),  # logged once
-    ([(100.0, 100.002, 130.001), (101.0, 101.002, 101.001)], 0.0, 2),   # and when it ends
-    ([(100.0, 100.002, 130.001), (101.0, 103.0, 90.0)], 30.0, 1),  # a slow round trip
-    ([(100.0, 100.002, None)], 0.0, 0),                    # no reading
-])
+@pytest.mark.parametrize(
+    ("samples", "offset", "lines"),
+    [
+        # (sent, received, server) per round trip
+        ([(100.0, 100.002, 130.001)], 30.0, 1),  # 30 s behind: corrected, logged
+        ([(100.0, 100.002, 70.001)], -30.0, 1),  # 30 s ahead
+        ([(100.0, 100.002, 100.2)], 0.199, 0),  # NTP-sized: corrected, quiet
+        ([(100.0, 100.002, 130.001), (101.0, 101.002, 131.001)], 30.0, 1),  # logged once
+        ([(100.0, 100.002, 130.001), (101.0, 101.002, 101.001)], 0.0, 2),  # and when it ends
+        ([(100.0, 100.002, 130.001), (101.0, 103.0, 90.0)], 30.0, 1),  # a slow round trip
+        ([(100.0, 100.002, None)], 0.0, 0),  # no reading
+    ],
+)
 def test_the_offset_and_when_it_is_logged(samples, offset, lines) -> None:
     clock = FleetClock()
     said = [clock.observe(*sample) for sample in samples]
@@ -53,16 +56,20 @@ def test_the_offset_and_when_it_is_logged(samples, offset, lines) -> None:
     assert clock.now(200.0) == pytest.approx(200.0 + offset, abs=1e-6)
 
 
-@pytest.mark.parametrize(("host", "monotonic", "wanted"), [
-    (100.0, 50.0, False),                         # the sample's own moment
-    (130.0, 80.0, False),                         # both clocks moved alike
-    (100.0 + RESAMPLE_EVERY, 50.0 + RESAMPLE_EVERY, True),  # a minute on: drift
-    (130.0 + 2 * STEP, 80.0, True),               # the host's clock set forward
-    (129.0, 80.0, True),                          # or back
-    (160.0, 50.0, True),                          # a VM resumed: its monotonic stood still
-])
+@pytest.mark.parametrize(
+    ("host", "monotonic", "wanted"),
+    [
+        (100.0, 50.0, False),  # the sample's own moment
+        (130.0, 80.0, False),  # both clocks moved alike
+        (100.0 + RESAMPLE_EVERY, 50.0 + RESAMPLE_EVERY, True),  # a minute on: drift
+        (130.0 + 2 * STEP, 80.0, True),  # the host's clock set forward
+        (129.0, 80.0, True),  # or back
+        (160.0, 50.0, True),  # a VM resumed: its monotonic stood still
+    ],
+)
 def test_redis_clock_is_read_again_only_when_the_offset_may_have_changed(
-        host, monotonic, wanted) -> None:
+    host, monotonic, wanted
+) -> None:
     clock = FleetClock()
     assert clock.wanted(99.0, 49.0)  # nothing measured yet
     clock.observe(100.0, 100.002, 130.001, monotonic=50.0)
@@ -76,13 +83,16 @@ def test_an_injected_clock_is_taken_as_is() -> None:
     assert clock.now(100.0) == 100.0
 
 
-@pytest.mark.parametrize(("at", "now", "why"), [
-    (100.0, 100.0, None),
-    (100.0, 116.0, None),
-    (100.0, 118.0, "last ticked 18.0s ago"),
-    (100.0 + FUTURE_SLACK - 0.5, 100.0, None),
-    (3700.0, 100.0, "ahead of Redis's clock"),   # a stuck node's clock an hour ahead
-])
+@pytest.mark.parametrize(
+    ("at", "now", "why"),
+    [
+        (100.0, 100.0, None),
+        (100.0, 116.0, None),
+        (100.0, 118.0, "last ticked 18.0s ago"),
+        (100.0 + FUTURE_SLACK - 0.5, 100.0, None),
+        (3700.0, 100.0, "ahead of Redis's clock"),  # a stuck node's clock an hour ahead
+    ],
+)
 def test_a_heartbeat_is_a_sign_of_life_within_its_age(at, now, why) -> None:
     found = stale(at, now, 17.0)
     assert (found is None) if why is None else (why in found)
@@ -111,7 +121,8 @@ def test_a_scheduler_ahead_sends_on_redis_time(redis_server: RedisServer, caplog
     assert scheduler.sent == []
     assert [r.getMessage() for r in caplog.records if "clock" in r.getMessage()] == [
         f"beat: this host's clock is {abs(scheduler.fleet_clock.offset):.1f}s ahead of "
-        "Redis's; due times, heartbeats and lease ages are taken from Redis's clock"]
+        "Redis's; due times, heartbeats and lease ages are taken from Redis's clock"
+    ]
     assert abs(scheduler.fleet_clock.offset + 30) < 1
     scheduler.close()
 
@@ -122,7 +133,8 @@ def faketime(offset: str) -> dict[str, str]:
 
 
 def test_a_fleet_of_skewed_clocks_sends_each_slot_once_on_time(
-        tmp_path: Path, redis_server: RedisServer) -> None:
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
     """A leader on the right clock, then a node 30 s ahead takes over, then one 30 s
     behind: every slot of a 1-s entry runs once, none before its due time, and the node
     behind answers healthy to ``redbeat check`` while it leads."""
@@ -131,11 +143,18 @@ def test_a_fleet_of_skewed_clocks_sends_each_slot_once_on_time(
             pytest.fail(f"{LIBFAKETIME} missing (apt-get install libfaketime)")
         pytest.skip("libfaketime is not installed")
     url = redis_server.url
-    cluster = Cluster(tmp_path, url, url[:-1] + "1", beat_max_loop_interval=1,
-                      redbeat_lock_timeout=3)
+    cluster = Cluster(
+        tmp_path, url, url[:-1] + "1", beat_max_loop_interval=1, redbeat_lock_timeout=3
+    )
     app = make_app(url)
-    RedBeatSchedulerEntry("every-second", "beatapp.record", 1.0, args=["tick"], app=app,
-                          policy=EntryPolicy(coalesce=False, max_catch_up=100)).save()
+    RedBeatSchedulerEntry(
+        "every-second",
+        "beatapp.record",
+        1.0,
+        args=["tick"],
+        app=app,
+        policy=EntryPolicy(coalesce=False, max_catch_up=100),
+    ).save()
     try:
         cluster.worker()
         right = cluster.beat("right")
@@ -150,15 +169,26 @@ def test_a_fleet_of_skewed_clocks_sends_each_slot_once_on_time(
         assert ahead.terminate() == 0
         behind.wait_for("Sending due task every-second", count=2)
         probe = subprocess.run(
-            [sys.executable, "-m", "redbeat", "--url", url, "check", "--pid",
-             str(behind.pid)], capture_output=True, text=True, timeout=60,
-            env={**os.environ, **faketime("+30s")})  # the probe's own clock off too
-        behind.wait_for("Sending due task every-second",
-                        count=behind.log().count("Sending due task every-second") + 1)
+            [sys.executable, "-m", "redbeat", "--url", url, "check", "--pid", str(behind.pid)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **faketime("+30s")},
+        )  # the probe's own clock off too
+        behind.wait_for(
+            "Sending due task every-second",
+            count=behind.log().count("Sending due task every-second") + 1,
+        )
         last_sent = time.time()
-        wait_until(lambda: cluster.executions() and max(
-            int(run["id"].split(":")[1]) for run in cluster.executions()) / 1000
-            >= last_sent - 1.5, LIVENESS, "the last slots run")
+        wait_until(
+            lambda: (
+                cluster.executions()
+                and max(int(run["id"].split(":")[1]) for run in cluster.executions()) / 1000
+                >= last_sent - 1.5
+            ),
+            LIVENESS,
+            "the last slots run",
+        )
     finally:
         cluster.stop()
     runs = [run for run in cluster.executions() if run["id"].startswith("every-second:")]
@@ -166,10 +196,22 @@ def test_a_fleet_of_skewed_clocks_sends_each_slot_once_on_time(
     dues = sorted(int(task_id.split(":")[1]) for task_id in ids)
     twice = [task_id for task_id, count in ids.items() if count > 1]
     missing = [due for due in range(dues[0], dues[-1], 1000) if due not in set(dues)]
-    early = [(run["id"], round(int(run["id"].split(":")[1]) / 1000 - run["at"], 3))
-             for run in runs if run["at"] < int(run["id"].split(":")[1]) / 1000 - 0.25]
-    print(json.dumps({"slots": len(dues), "twice": len(twice), "missing": len(missing),
-                      "early": len(early), "check": probe.returncode}))
+    early = [
+        (run["id"], round(int(run["id"].split(":")[1]) / 1000 - run["at"], 3))
+        for run in runs
+        if run["at"] < int(run["id"].split(":")[1]) / 1000 - 0.25
+    ]
+    print(
+        json.dumps(
+            {
+                "slots": len(dues),
+                "twice": len(twice),
+                "missing": len(missing),
+                "early": len(early),
+                "check": probe.returncode,
+            }
+        )
+    )
     assert (twice, missing, early) == ([], [], [])
     assert probe.returncode == 0, probe.stdout + probe.stderr
     assert SKEW_LOGGED <= 30

@@ -65,8 +65,9 @@ class FleetClock:
         elapsed = monotonic - self.anchor[1]
         return elapsed >= RESAMPLE_EVERY or abs(host - self.anchor[0] - elapsed) >= STEP
 
-    def observe(self, sent: float, received: float, server: float | None,
-                monotonic: float = 0.0) -> str | None:
+    def observe(
+        self, sent: float, received: float, server: float | None, monotonic: float = 0.0
+    ) -> str | None:
         """Take the sample of a round trip that left at host time ``sent`` (at
         ``monotonic`` on the monotonic clock) and came back at ``received``, the server
         reading ``server``; returns a line to log when the skew becomes, or stops being,
@@ -84,6 +85,8 @@ class FleetClock:
         self.logged = large
         if large:
             way = "ahead of" if self.offset < 0 else "behind"
-            return (f"this host's clock is {abs(self.offset):.1f}s {way} Redis's; due times, "
-                    "heartbeats and lease ages are taken from Redis's clock")
+            return (
+                f"this host's clock is {abs(self.offset):.1f}s {way} Redis's; due times, "
+                "heartbeats and lease ages are taken from Redis's clock"
+            )
         return "this host's clock agrees with Redis's again"
