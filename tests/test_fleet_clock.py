@@ -50,7 +50,8 @@ LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 )
 def test_the_offset_and_when_it_is_logged(samples, offset, lines) -> None:
     clock = FleetClock()
-    said = [clock.observe(*sample) for sample in samples]
+    # each sample's monotonic reading 50 s behind its host time (it does not enter the offset)
+    said = [clock.observe(*sample, monotonic=sample[0] - 50.0) for sample in samples]
     assert clock.offset == pytest.approx(offset, abs=1e-6)
     assert len([line for line in said if line]) == lines
     assert clock.now(200.0) == pytest.approx(200.0 + offset, abs=1e-6)
@@ -79,7 +80,7 @@ def test_redis_clock_is_read_again_only_when_the_offset_may_have_changed(
 
 def test_an_injected_clock_is_taken_as_is() -> None:
     clock = FleetClock(enabled=False)
-    assert clock.observe(100.0, 100.001, 5000.0) is None
+    assert clock.observe(100.0, 100.001, 5000.0, monotonic=50.0) is None
     assert clock.now(100.0) == 100.0
 
 

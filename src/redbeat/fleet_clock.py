@@ -66,7 +66,7 @@ class FleetClock:
         return elapsed >= RESAMPLE_EVERY or abs(host - self.anchor[0] - elapsed) >= STEP
 
     def observe(
-        self, sent: float, received: float, server: float | None, monotonic: float = 0.0
+        self, sent: float, received: float, server: float | None, monotonic: float
     ) -> str | None:
         """Take the sample of a round trip that left at host time ``sent`` (at
         ``monotonic`` on the monotonic clock) and came back at ``received``, the server
