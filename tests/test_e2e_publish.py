@@ -50,8 +50,7 @@ def broker(request, redis_server):
     """(broker url, names unique to this test); RabbitMQ's queues and exchanges are
     deleted afterwards."""
     uid = f"rb{uuid.uuid4().hex[:10]}"
-    names = {"default": uid, "mail": f"{uid}.mail", "exchange": f"{uid}.x",
-             "later": f"{uid}.later"}
+    names = {"default": uid, "mail": f"{uid}.mail", "exchange": f"{uid}.x", "later": f"{uid}.later"}
     if request.param == "redis":
         yield redis_server.url[:-1] + "1", names
         return
@@ -71,21 +70,27 @@ def settings(names: dict[str, str]) -> dict:
     return {
         "task_queues": {
             default: {"exchange": default, "routing_key": default},
-            mail: {"exchange": names["exchange"], "exchange_type": "direct",
-                   "routing_key": "mail.key"},
+            mail: {
+                "exchange": names["exchange"],
+                "exchange_type": "direct",
+                "routing_key": "mail.key",
+            },
             later: {"exchange": later, "routing_key": later},
         },
-        "task_default_queue": default, "task_default_exchange": default,
+        "task_default_queue": default,
+        "task_default_exchange": default,
         "task_default_routing_key": default,
-        "task_routes": {"beatapp.routed": {"exchange": names["exchange"],
-                                           "routing_key": "mail.key"}},
+        "task_routes": {
+            "beatapp.routed": {"exchange": names["exchange"], "routing_key": "mail.key"}
+        },
         "worker_enable_remote_control": False,  # no pidbox exchange on a shared RabbitMQ
         "beatapp_signals": True,
     }
 
 
-def burst(app, names: dict[str, str], count: int, kinds: int = KINDS,
-          task: str = "beatapp.record") -> dict[str, dict]:
+def burst(
+    app, names: dict[str, str], count: int, kinds: int = KINDS, task: str = "beatapp.record"
+) -> dict[str, dict]:
     """Save ``count`` entries of the first ``kinds`` kinds, all due now (hourly, last
     run an hour ago); returns what each must run as, by name."""
     due = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(seconds=1)
@@ -103,13 +108,25 @@ def burst(app, names: dict[str, str], count: int, kinds: int = KINDS,
         elif kind == 4:
             options = {"queue": names["later"], "expires": 1 if i % 2 else 3600}
             route = (names["later"], None)
-        RedBeatSchedulerEntry(name, "beatapp.routed" if kind == 2 else task, 3600,
-                              args=[name, i], kwargs={"n": i}, options=options,
-                              last_run_at=due - timedelta(hours=1), app=app).save()
-        expected[name] = {"id": slot_task_id(name, due), "args": [name, i], "kwargs": {"n": i},
-                          "routing_key": route[0], "exchange": route[1],
-                          "priority": options.get("priority"),
-                          "expires": options.get("expires") == 1}
+        RedBeatSchedulerEntry(
+            name,
+            "beatapp.routed" if kind == 2 else task,
+            3600,
+            args=[name, i],
+            kwargs={"n": i},
+            options=options,
+            last_run_at=due - timedelta(hours=1),
+            app=app,
+        ).save()
+        expected[name] = {
+            "id": slot_task_id(name, due),
+            "args": [name, i],
+            "kwargs": {"n": i},
+            "routing_key": route[0],
+            "exchange": route[1],
+            "priority": options.get("priority"),
+            "expires": options.get("expires") == 1,
+        }
     return expected
 
 
@@ -117,12 +134,14 @@ def check_runs(runs: list[dict], expected: dict[str, dict]) -> None:
     by_name: dict[str, list[dict]] = {}
     for run in runs:
         by_name.setdefault(run["tag"], []).append(run)
-    assert sorted(by_name) == sorted(name for name, want in expected.items()
-                                     if not want["expires"])
+    assert sorted(by_name) == sorted(name for name, want in expected.items() if not want["expires"])
     for name, [run] in by_name.items():  # exactly once each
         want = expected[name]
-        assert (run["id"], run["args"], run["kwargs"]) == (want["id"], want["args"],
-                                                           want["kwargs"]), run
+        assert (run["id"], run["args"], run["kwargs"]) == (
+            want["id"],
+            want["args"],
+            want["kwargs"],
+        ), run
         assert run["routing_key"] == want["routing_key"], run
         if want["exchange"]:
             assert run["exchange"] == want["exchange"], run
@@ -131,7 +150,8 @@ def check_runs(runs: list[dict], expected: dict[str, dict]) -> None:
 
 
 def test_a_burst_is_run_once_each_with_its_id_arguments_route_and_priority(
-        tmp_path, redis_server, broker):
+    tmp_path, redis_server, broker
+):
     broker_url, names = broker
     cluster = Cluster(tmp_path, redis_server.url, broker_url, **settings(names))
     try:
@@ -142,18 +162,26 @@ def test_a_burst_is_run_once_each_with_its_id_arguments_route_and_priority(
         beat.wait_for("Sending due task", count=BURST)
         sent_at = time.monotonic()
         now_runnable = BURST - BURST // KINDS
-        wait_until(lambda: len(cluster.executions()) >= now_runnable, 60,
-                   f"{now_runnable} executions\n{worker.log()[-3000:]}")
+        wait_until(
+            lambda: len(cluster.executions()) >= now_runnable,
+            60,
+            f"{now_runnable} executions\n{worker.log()[-3000:]}",
+        )
         time.sleep(max(0.0, sent_at + 1.5 - time.monotonic()))  # the expiring ones expired
         later = cluster.worker("later", queues=names["later"])
         later.wait_for("ready.")
         runnable = sum(not want["expires"] for want in expected.values())
-        wait_until(lambda: len(cluster.executions()) >= runnable, 30,
-                   f"{runnable} executions\n{later.log()[-3000:]}")
+        wait_until(
+            lambda: len(cluster.executions()) >= runnable,
+            30,
+            f"{runnable} executions\n{later.log()[-3000:]}",
+        )
         time.sleep(1.0)  # an expired message the worker would wrongly run shows up here
         check_runs(cluster.executions(), expected)
-        published = [json.loads(raw) for raw in
-                     redis.Redis.from_url(redis_server.url).lrange(PUBLISHED, 0, -1)]
+        published = [
+            json.loads(raw)
+            for raw in redis.Redis.from_url(redis_server.url).lrange(PUBLISHED, 0, -1)
+        ]
         ids = sorted(want["id"] for want in expected.values())
         assert sorted(i for when, i in published if when == "before") == ids
         assert sorted(i for when, i in published if when == "after") == ids
@@ -164,7 +192,7 @@ def test_a_burst_is_run_once_each_with_its_id_arguments_route_and_priority(
         cluster.stop()
 
 
-FALLBACK = '''
+FALLBACK = """
 import logging
 from redbeat import RedBeatScheduler
 
@@ -173,19 +201,19 @@ class SendTaskScheduler(RedBeatScheduler):
     def send_task(self, *args, **kwargs):
         logging.getLogger("celery.beat").info("send_task override: %s", kwargs["task_id"])
         return super().send_task(*args, **kwargs)
-'''
+"""
 
 
-def test_a_subclass_overriding_send_task_still_sends_each_slot_through_it(
-        tmp_path, redis_server):
+def test_a_subclass_overriding_send_task_still_sends_each_slot_through_it(tmp_path, redis_server):
     broker_url = redis_server.url[:-1] + "1"
     names = {"default": "celery", "mail": "mail", "exchange": "mailx", "later": "later"}
     cluster = Cluster(tmp_path, redis_server.url, broker_url, **settings(names))
     (tmp_path / "fallback.py").write_text(FALLBACK)
     try:
         # beat calls send_task for the tasks it does not know (all but beatapp.routed)
-        expected = burst(make_app(redis_server.url), names, 100, kinds=KINDS - 1,
-                         task="beatapp.remote")
+        expected = burst(
+            make_app(redis_server.url), names, 100, kinds=KINDS - 1, task="beatapp.remote"
+        )
         worker = cluster.worker("worker", queues="celery,mail", beatapp_remote_task=True)
         worker.wait_for("ready.")
         beat = cluster.beat("beat", scheduler="fallback.SendTaskScheduler")

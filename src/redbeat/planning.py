@@ -100,8 +100,9 @@ class TickSettings:
     lost_after: float = DEFAULT_LOST_AFTER
 
 
-def pending_message(row: Row, claim: Claim, now: datetime, node: str,
-                    reason: str = "scheduled") -> str:
+def pending_message(
+    row: Row, claim: Claim, now: datetime, node: str, reason: str = "scheduled"
+) -> str:
     """What a later tick (or the next leader) needs to publish the slot again: the
     definition as it was claimed, named by its sha1 (the text is held once in the held
     definitions hash, however many slots name it: copying a large definition into every
@@ -110,11 +111,16 @@ def pending_message(row: Row, claim: Claim, now: datetime, node: str,
     pending messages on its next tick). commit.lua writes the messages of scheduled
     slots in this same shape, from the definition it fenced the claim with;
     :func:`read_pending` reads both, and the older shape with the definition inside."""
-    return json.dumps({
-        "key": row.key, "definition_sha1": definition_sha1(row.definition or ""),
-        "due": claim.due.timestamp(), "claimed_at": now.timestamp(), "node": node,
-        "reason": reason,
-    })
+    return json.dumps(
+        {
+            "key": row.key,
+            "definition_sha1": definition_sha1(row.definition or ""),
+            "due": claim.due.timestamp(),
+            "claimed_at": now.timestamp(),
+            "node": node,
+            "reason": reason,
+        }
+    )
 
 
 def _look_again(row: Row, entry: RedBeatSchedulerEntry, now: datetime, plan: Plan) -> None:
@@ -132,42 +138,57 @@ def quarantine_reason(reason: str, now: datetime, node: str) -> str:
 
 
 def plan_row(
-    app: Celery, row: Row, now: datetime, policy: TickSettings, plan: Plan,
-    entry_class: type[RedBeatSchedulerEntry], keys: KeyLayout | None = None,
+    app: Celery,
+    row: Row,
+    now: datetime,
+    policy: TickSettings,
+    plan: Plan,
+    entry_class: type[RedBeatSchedulerEntry],
+    keys: KeyLayout | None = None,
     timings: Timings | None = None,
 ) -> None:
     keys = keys or ensure_conf(app).keys
     if not keys.is_entry_key(row.key):
-        logger.warning("beat: %s is in the schedule but is not a key of this schedule's "
-                       "entries (outside the prefix, or an internal key); removing the member "
-                       "and leaving the key alone", printable(row.key))
+        logger.warning(
+            "beat: %s is in the schedule but is not a key of this schedule's "
+            "entries (outside the prefix, or an internal key); removing the member "
+            "and leaving the key alone",
+            printable(row.key),
+        )
         plan.ops.append(Op("forget", row.key))
         return
     if row.definition is None and row.meta is None and row.policy is None:
-        logger.warning("beat: %s is in the schedule but is not an entry hash; removing it",
-                       printable(row.key))
+        logger.warning(
+            "beat: %s is in the schedule but is not an entry hash; removing it", printable(row.key)
+        )
         plan.ops.append(Op("drop", row.key))
         return
     try:
-        entry = entry_class.decode(app, row.key, row.definition, row.meta, cached=True,
-                                   policy=row.policy)
+        entry = entry_class.decode(
+            app, row.key, row.definition, row.meta, cached=True, policy=row.policy
+        )
     except InvalidEntry as exc:
         logger.error("beat: Quarantined %s: %s", printable(row.key), printable(exc.reason))
         reason = quarantine_reason(exc.reason, now, policy.node)
-        plan.ops.append(Op("quarantine", row.key, row.fingerprint, PARKED_SCORE,
-                           ((QUARANTINE, reason),)))
+        plan.ops.append(
+            Op("quarantine", row.key, row.fingerprint, PARKED_SCORE, ((QUARANTINE, reason),))
+        )
         return
     if not entry.enabled:
         _look_again(row, entry, now, plan)
         return
     rules = entry.policy.with_default_grace(policy.misfire_grace_time)
     timing = timings.get(entry, rules, row.score, now) if timings is not None else None
-    run = timing.run if timing is not None else \
-        next_run(entry.schedule, rules, entry.name, entry.last_run_at, now, row.score)
+    run = (
+        timing.run
+        if timing is not None
+        else next_run(entry.schedule, rules, entry.name, entry.last_run_at, now, row.score)
+    )
     if run is None:
         logger.info("beat: %s has no more runs; parked", entry.name)
-        plan.ops.append(Op("update", row.key, row.fingerprint, PARKED_SCORE,
-                           expire=int(rules.ttl or 0)))
+        plan.ops.append(
+            Op("update", row.key, row.fingerprint, PARKED_SCORE, expire=int(rules.ttl or 0))
+        )
         return
     if row.watched and rules.waits_for_runs:
         _gate(row, entry, rules, run, now, policy, plan)
@@ -176,8 +197,16 @@ def plan_row(
         # stored early (written by celery-redbeat or by hand): correct it, send nothing
         plan.ops.append(Op("update", row.key, row.fingerprint, run.score))
         return
-    _claim(row, entry, rules, run, now, policy, plan,
-           catch_up=timing.catch_up if timing is not None else None)
+    _claim(
+        row,
+        entry,
+        rules,
+        run,
+        now,
+        policy,
+        plan,
+        catch_up=timing.catch_up if timing is not None else None,
+    )
 
 
 class CatchUp(NamedTuple):
@@ -191,8 +220,7 @@ class CatchUp(NamedTuple):
     following_score: float  # its score (parked when there is none)
 
 
-def due_slots(schedule: Any, rules: EntryPolicy, name: str, run: NextRun,
-             now: datetime) -> CatchUp:
+def due_slots(schedule: Any, rules: EntryPolicy, name: str, run: NextRun, now: datetime) -> CatchUp:
     due = run.due
     slots, dropped = rules.missed(schedule, due, now)
     runs, skipped = slots, []  # type: list[datetime], list[datetime]
@@ -222,8 +250,9 @@ class Timings:
     def __init__(self) -> None:
         self.known: dict[tuple[Any, ...], tuple[Any, EntryPolicy, Timing]] = {}
 
-    def get(self, entry: RedBeatSchedulerEntry, rules: EntryPolicy, score: float | None,
-            now: datetime) -> Timing:
+    def get(
+        self, entry: RedBeatSchedulerEntry, rules: EntryPolicy, score: float | None, now: datetime
+    ) -> Timing:
         schedule, stored, last = entry.schedule, entry.policy, entry.last_run_at
         if rules.jitter:
             return self._work_out(entry, rules, score, now)
@@ -238,18 +267,30 @@ class Timings:
         return timing
 
     @staticmethod
-    def _work_out(entry: RedBeatSchedulerEntry, rules: EntryPolicy, score: float | None,
-                  now: datetime) -> Timing:
+    def _work_out(
+        entry: RedBeatSchedulerEntry, rules: EntryPolicy, score: float | None, now: datetime
+    ) -> Timing:
         run = next_run(entry.schedule, rules, entry.name, entry.last_run_at, now, score)
         due = run is not None and run.send_at <= now
-        return Timing(run, due_slots(entry.schedule, rules, entry.name, run, now)
-                      if due and run is not None else None)
+        return Timing(
+            run,
+            due_slots(entry.schedule, rules, entry.name, run, now)
+            if due and run is not None
+            else None,
+        )
 
 
-def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: NextRun,
-           now: datetime, policy: TickSettings, plan: Plan,
-           fields: list[tuple[str, str]] | None = None,
-           catch_up: CatchUp | None = None) -> None:
+def _claim(
+    row: Row,
+    entry: RedBeatSchedulerEntry,
+    rules: EntryPolicy,
+    run: NextRun,
+    now: datetime,
+    policy: TickSettings,
+    plan: Plan,
+    fields: list[tuple[str, str]] | None = None,
+    catch_up: CatchUp | None = None,
+) -> None:
     """Claim the slots of a due entry: coalesced or one by one, minus those too late.
     ``fields``: other fields to write with them (a watched entry's lost run);
     ``catch_up``: what its slots come to, when known already."""
@@ -258,8 +299,9 @@ def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: Next
         catch_up = due_slots(entry.schedule, rules, entry.name, run, now)
     slots, dropped, runs, skipped, following, following_score = catch_up
     if slots[0] != due and rules.coalesce:
-        logger.info("beat: %s missed slots from %s; one catch-up run for %s",
-                    entry.name, due, slots[-1])
+        logger.info(
+            "beat: %s missed slots from %s; one catch-up run for %s", entry.name, due, slots[-1]
+        )
     overlapping = 0
     if row.watched and rules.overlap != "allow" and len(runs) > 1:
         # one run at a time: the catch-up's older slots would overlap its latest
@@ -267,36 +309,65 @@ def _claim(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: Next
     fields = [*(fields or ()), (META, meta_json(slots[-1], entry.total_run_count + len(runs)))]
     plan.skipped += len(skipped)
     if skipped or dropped:
-        logger.warning("beat: %s: %d slot(s) skipped (past the misfire grace time or the "
-                       "catch-up bound)", entry.name, len(skipped) + dropped)
+        logger.warning(
+            "beat: %s: %d slot(s) skipped (past the misfire grace time or the catch-up bound)",
+            entry.name,
+            len(skipped) + dropped,
+        )
         _count_misfires(row, fields, len(skipped) + dropped, skipped[-1] if skipped else None)
     if overlapping:
         _count_misfires(row, fields, overlapping, runs[0], "overlap")
-    _send(row, entry, rules, runs, fields, following_score,
-          int(rules.ttl or 0) if following is None else 0, now, policy, plan)
+    _send(
+        row,
+        entry,
+        rules,
+        runs,
+        fields,
+        following_score,
+        int(rules.ttl or 0) if following is None else 0,
+        now,
+        policy,
+        plan,
+    )
 
 
-def _count_misfires(row: Row, fields: list[tuple[str, str]], skipped: int,
-                    last: datetime | None, reason: str = "late") -> None:
+def _count_misfires(
+    row: Row,
+    fields: list[tuple[str, str]],
+    skipped: int,
+    last: datetime | None,
+    reason: str = "late",
+) -> None:
     """Add ``skipped`` slots to the misfires record this op writes (or the stored one)."""
-    previous = next((value for name, value in reversed(fields) if name == MISFIRES),
-                    row.misfires)
+    previous = next((value for name, value in reversed(fields) if name == MISFIRES), row.misfires)
     record = misfire_record(previous, skipped, last, reason)
     if record:
         fields[:] = [item for item in fields if item[0] != MISFIRES]
         fields.append((MISFIRES, record))
 
 
-def _send(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, runs: list[datetime],
-          fields: list[tuple[str, str]], score: float, expire: int, now: datetime,
-          policy: TickSettings, plan: Plan) -> None:
+def _send(
+    row: Row,
+    entry: RedBeatSchedulerEntry,
+    rules: EntryPolicy,
+    runs: list[datetime],
+    fields: list[tuple[str, str]],
+    score: float,
+    expire: int,
+    now: datetime,
+    policy: TickSettings,
+    plan: Plan,
+) -> None:
     """The op that claims ``runs`` (pending, history) with ``fields``, and their claims.
     A watched entry's latest run becomes its claimed slot, queued."""
     claims, pending, records = [], [], []
     for slot in runs:
         slot_ms = due_ms(slot)
-        task_id = slot_task_id(entry.name, slot, slot_ms) if policy.deterministic_task_ids \
+        task_id = (
+            slot_task_id(entry.name, slot, slot_ms)
+            if policy.deterministic_task_ids
             else str(uuid.uuid4())
+        )
         claims.append(Claim(task_id, entry, slot))
         if policy.at_least_once:
             pending.append((task_id, repr(slot.timestamp())))
@@ -304,70 +375,125 @@ def _send(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, runs: list
             records.append((task_id, slot_ms))
     if row.watched and claims:
         last = claims[-1]
-        queued = RunRecord(last.task_id, int(due_ms(last.due)), "queued", now.timestamp(),
-                           wake=rules.relative_to == "execution")
+        queued = RunRecord(
+            last.task_id,
+            int(due_ms(last.due)),
+            "queued",
+            now.timestamp(),
+            wake=rules.relative_to == "execution",
+        )
         fields = [item for item in fields if item[0] != RUN] + [(RUN, queued.to_json())]
-    plan.ops.append(Op("update", row.key, row.fingerprint, score, tuple(fields),
-                       tuple(pending), expire, tuple(records)))
+    plan.ops.append(
+        Op(
+            "update",
+            row.key,
+            row.fingerprint,
+            score,
+            tuple(fields),
+            tuple(pending),
+            expire,
+            tuple(records),
+        )
+    )
     plan.claims.extend(claims)
 
 
 # -- entries whose policy waits for their runs (docs/outcomes.md) ------------------------
 
-def _gate(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: NextRun,
-          now: datetime, policy: TickSettings, plan: Plan) -> None:
+
+def _gate(
+    row: Row,
+    entry: RedBeatSchedulerEntry,
+    rules: EntryPolicy,
+    run: NextRun,
+    now: datetime,
+    policy: TickSettings,
+    plan: Plan,
+) -> None:
     """A due (or woken) entry whose policy waits for its runs: decided from its latest
     run as the workers reported it (``row.run``) and the bound on a silent one."""
-    state = flight(RunRecord.parse(row.run), now.timestamp(),
-                   rules.lost_after or policy.lost_after)
+    state = flight(RunRecord.parse(row.run), now.timestamp(), rules.lost_after or policy.lost_after)
     fields: list[tuple[str, str]] = []
     if state.lost is not None:
         lost = state.lost
-        logger.warning("beat: %s: run %s %s for %.0f s: counted as lost, the entry goes on%s",
-                       entry.name, lost.task_id,
-                       "was never reported" if state.record and state.record.state == "queued"
-                       else "has not reported", rules.lost_after or policy.lost_after,
-                       " (do the workers run with redbeat_worker_outcomes?)"
-                       if state.record and state.record.state == "queued" else "")
-        plan.lost.append((row.key, {"task_id": lost.task_id, "due_ms": lost.due_ms,
-                                    "state": "lost", "started": lost.started,
-                                    "finished": lost.finished, "worker": lost.worker}))
+        logger.warning(
+            "beat: %s: run %s %s for %.0f s: counted as lost, the entry goes on%s",
+            entry.name,
+            lost.task_id,
+            "was never reported"
+            if state.record and state.record.state == "queued"
+            else "has not reported",
+            rules.lost_after or policy.lost_after,
+            " (do the workers run with redbeat_worker_outcomes?)"
+            if state.record and state.record.state == "queued"
+            else "",
+        )
+        plan.lost.append(
+            (
+                row.key,
+                {
+                    "task_id": lost.task_id,
+                    "due_ms": lost.due_ms,
+                    "state": "lost",
+                    "started": lost.started,
+                    "finished": lost.finished,
+                    "worker": lost.worker,
+                },
+            )
+        )
         fields.append((RUN, lost.to_json()))
     if rules.relative_to == "execution":
         _after_execution(row, entry, rules, run, state, now, policy, plan, fields)
     elif state.busy:
         _while_busy(row, entry, rules, run, state, now, plan)
     elif state.record is not None and state.record.buffered_ms is not None:
-        _release_buffered(row, entry, rules, run, state.record.buffered_ms, now, policy, plan,
-                          fields)
+        _release_buffered(
+            row, entry, rules, run, state.record.buffered_ms, now, policy, plan, fields
+        )
     elif run.send_at > now:
         plan.ops.append(Op("update", row.key, row.fingerprint, run.score, tuple(fields)))
     else:
         _claim(row, entry, rules, run, now, policy, plan, fields)
 
 
-def _after_execution(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy,
-                     run: NextRun, state: Flight, now: datetime, policy: TickSettings,
-                     plan: Plan, fields: list[tuple[str, str]]) -> None:
+def _after_execution(
+    row: Row,
+    entry: RedBeatSchedulerEntry,
+    rules: EntryPolicy,
+    run: NextRun,
+    state: Flight,
+    now: datetime,
+    policy: TickSettings,
+    plan: Plan,
+    fields: list[tuple[str, str]],
+) -> None:
     """``relative_to: "execution"``: the next run is the schedule's next time after the
     previous run ended (an interval after it, for an interval). While a run goes on, the
     entry waits until its bound (its worker wakes it when it ends)."""
     if state.busy:
         assert state.release_at is not None
-        plan.ops.append(Op("update", row.key, row.fingerprint,
-                           to_score(from_score(state.release_at))))
+        plan.ops.append(
+            Op("update", row.key, row.fingerprint, to_score(from_score(state.release_at)))
+        )
         return
     due: datetime | None = run.due
     ended = state.finished_at
     if ended is not None and entry.last_run_at is not None:
         # from the end rounded up to the second (an interval of whole seconds counts its
         # runs from a whole second): never less than an interval after it
-        due = rules.window(entry.schedule,
-                           next_after(entry.schedule, from_score(math.ceil(ended))))
+        due = rules.window(entry.schedule, next_after(entry.schedule, from_score(math.ceil(ended))))
     if due is None:
         logger.info("beat: %s has no more runs; parked", entry.name)
-        plan.ops.append(Op("update", row.key, row.fingerprint, PARKED_SCORE, tuple(fields),
-                           expire=int(rules.ttl or 0)))
+        plan.ops.append(
+            Op(
+                "update",
+                row.key,
+                row.fingerprint,
+                PARKED_SCORE,
+                tuple(fields),
+                expire=int(rules.ttl or 0),
+            )
+        )
         return
     if due > now:
         plan.ops.append(Op("update", row.key, row.fingerprint, to_score(due), tuple(fields)))
@@ -377,8 +503,15 @@ def _after_execution(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy,
     _send(row, entry, rules, [due], fields, to_score(release), 0, now, policy, plan)
 
 
-def _while_busy(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run: NextRun,
-                state: Flight, now: datetime, plan: Plan) -> None:
+def _while_busy(
+    row: Row,
+    entry: RedBeatSchedulerEntry,
+    rules: EntryPolicy,
+    run: NextRun,
+    state: Flight,
+    now: datetime,
+    plan: Plan,
+) -> None:
     """A slot due while the previous run goes on: skipped (``skip``), or the latest one
     waits for it (``buffer_one``) with the entry parked until the run's bound (its
     worker wakes it when it ends). Slots after a buffered one are counted when it goes."""
@@ -393,13 +526,27 @@ def _while_busy(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run:
     due_now = count_slots(entry.schedule, run.due, latest, COUNT_LIMIT)
     fields = [(META, meta_json(latest, entry.total_run_count))]
     if rules.overlap == "skip":
-        logger.info("beat: %s: %d slot(s) to %s skipped, the previous run (%s) is still %s",
-                    entry.name, due_now, latest, state.record.task_id, state.record.state)
+        logger.info(
+            "beat: %s: %d slot(s) to %s skipped, the previous run (%s) is still %s",
+            entry.name,
+            due_now,
+            latest,
+            state.record.task_id,
+            state.record.state,
+        )
         _count_misfires(row, fields, due_now, latest, "overlap")
         plan.skipped += due_now
         following = following_run(entry.schedule, rules, entry.name, latest)
-        plan.ops.append(Op("update", row.key, row.fingerprint, score_of(following),
-                           tuple(fields), expire=int(rules.ttl or 0) if following is None else 0))
+        plan.ops.append(
+            Op(
+                "update",
+                row.key,
+                row.fingerprint,
+                score_of(following),
+                tuple(fields),
+                expire=int(rules.ttl or 0) if following is None else 0,
+            )
+        )
         return
     if due_now > 1:  # the latest one waits
         _count_misfires(row, fields, due_now - 1, None, "overlap")
@@ -409,9 +556,17 @@ def _while_busy(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy, run:
     plan.ops.append(Op("update", row.key, row.fingerprint, release, tuple(fields)))
 
 
-def _release_buffered(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy,
-                      run: NextRun, buffered_ms: int, now: datetime, policy: TickSettings,
-                      plan: Plan, fields: list[tuple[str, str]]) -> None:
+def _release_buffered(
+    row: Row,
+    entry: RedBeatSchedulerEntry,
+    rules: EntryPolicy,
+    run: NextRun,
+    buffered_ms: int,
+    now: datetime,
+    policy: TickSettings,
+    plan: Plan,
+    fields: list[tuple[str, str]],
+) -> None:
     """The run a buffered slot waited for has ended: the slot goes now, and the slots
     that came due meanwhile are skipped (at most one waits)."""
     buffered = from_score(buffered_ms / 1000)
@@ -423,12 +578,25 @@ def _release_buffered(row: Row, entry: RedBeatSchedulerEntry, rules: EntryPolicy
         plan.skipped += skipped
     fields.append((META, meta_json(last, entry.total_run_count + 1)))
     following = following_run(entry.schedule, rules, entry.name, last)
-    _send(row, entry, rules, [buffered], fields, score_of(following),
-          int(rules.ttl or 0) if following is None else 0, now, policy, plan)
+    _send(
+        row,
+        entry,
+        rules,
+        [buffered],
+        fields,
+        score_of(following),
+        int(rules.ttl or 0) if following is None else 0,
+        now,
+        policy,
+        plan,
+    )
 
 
 def plan_batch(
-    app: Celery, rows: list[Row], now: datetime, policy: TickSettings,
+    app: Celery,
+    rows: list[Row],
+    now: datetime,
+    policy: TickSettings,
     entry_class: type[RedBeatSchedulerEntry],
 ) -> Plan:
     plan = Plan()
@@ -440,11 +608,17 @@ def plan_batch(
                 plan_row(app, row, now, policy, plan, entry_class, keys, timings)
             except Exception as exc:
                 # Whatever an entry holds, it must not stop the others: quarantine it.
-                logger.exception("beat: Quarantined %s: planning it failed",
-                                 printable(row.key))
+                logger.exception("beat: Quarantined %s: planning it failed", printable(row.key))
                 reason = quarantine_reason(f"planning failed: {exc!r}", now, policy.node)
-                plan.ops.append(Op("quarantine", row.key, row.fingerprint, PARKED_SCORE,
-                                   ((QUARANTINE, reason),)))
+                plan.ops.append(
+                    Op(
+                        "quarantine",
+                        row.key,
+                        row.fingerprint,
+                        PARKED_SCORE,
+                        ((QUARANTINE, reason),),
+                    )
+                )
     return plan
 
 
@@ -456,7 +630,9 @@ class PendingMessage:
 
 
 def read_pending(
-    app: Celery, message: str, entry_class: type[RedBeatSchedulerEntry],
+    app: Celery,
+    message: str,
+    entry_class: type[RedBeatSchedulerEntry],
     held: Mapping[str, str] | None = None,
 ) -> PendingMessage:
     """The entry to publish from a pending message, the slot's due time and why.
@@ -478,8 +654,9 @@ def read_pending(
     return PendingMessage(entry, from_score(fields["due"]), fields.get("reason", "scheduled"))
 
 
-def held_grace(message: PendingMessage, policy_text: str | None, default: float | None,
-               now: datetime) -> float | None:
+def held_grace(
+    message: PendingMessage, policy_text: str | None, default: float | None, now: datetime
+) -> float | None:
     """The misfire grace (seconds) a held slot is past at ``now``, or None when it may
     still be sent.
 
