@@ -19,7 +19,7 @@ from kombu import Connection
 
 from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
-from redbeat.planning import slot_task_id
+from redbeat.planning import due_ms, slot_task_id
 from support.processes import PUBLISHED, Cluster
 from support.waiting import wait_until
 
@@ -119,7 +119,7 @@ def burst(
             app=app,
         ).save()
         expected[name] = {
-            "id": slot_task_id(name, due),
+            "id": slot_task_id(name, due_ms(due)),
             "args": [name, i],
             "kwargs": {"n": i},
             "routing_key": route[0],

@@ -56,9 +56,10 @@ def due_ms(due: datetime) -> str:
     return str(round(due.timestamp() * 1000))
 
 
-def slot_task_id(name: str, due: datetime, slot_ms: str | None = None) -> str:
-    """The slot's task id; ``slot_ms``: its :func:`due_ms`, when worked out already."""
-    return f"{name}:{slot_ms or due_ms(due)}"
+def slot_task_id(name: str, slot_ms: str) -> str:
+    """The task id of the entry ``name``'s slot due at ``slot_ms`` (its :func:`due_ms`):
+    the same on every node that claims the slot."""
+    return f"{name}:{slot_ms}"
 
 
 class Claim(NamedTuple):
@@ -364,7 +365,7 @@ def _send(
     for slot in runs:
         slot_ms = due_ms(slot)
         task_id = (
-            slot_task_id(entry.name, slot, slot_ms)
+            slot_task_id(entry.name, slot_ms)
             if policy.deterministic_task_ids
             else str(uuid.uuid4())
         )
