@@ -58,8 +58,13 @@ def outage(redis_server: RedisServer, **conf: object) -> Iterator[tuple[Celery, 
     """An app on the schedule's Redis whose broker (a real Redis) is running; the test
     stops and starts it."""
     with RedisServer() as broker:
-        app = make_app(redis_server.url, broker_url=broker.url, task_publish_retry=False,
-                       broker_connection_timeout=1, **conf)
+        app = make_app(
+            redis_server.url,
+            broker_url=broker.url,
+            task_publish_retry=False,
+            broker_connection_timeout=1,
+            **conf,
+        )
         yield app, broker
 
 
@@ -79,8 +84,9 @@ def test_a_large_entry_held_for_many_slots_stores_one_copy_of_its_definition(red
     big = "x" * 1_000_000
     clock = Clock()
     with outage(redis_server) as (app, broker):
-        RedBeatSchedulerEntry("big", "tasks.big", 1.0, args=[big], app=app,
-                              last_run_at=at(-1)).save()
+        RedBeatSchedulerEntry(
+            "big", "tasks.big", 1.0, args=[big], app=app, last_run_at=at(-1)
+        ).save()
         scheduler = scheduler_for(app, clock)
         client = get_redis(app)
         definition = client.hget("redbeat:big", "definition")
@@ -94,16 +100,20 @@ def test_a_large_entry_held_for_many_slots_stores_one_copy_of_its_definition(red
         held_bytes = sum(len(text) for text, _ in held_definitions(client).values())
         memory = sum(client.memory_usage(key) for key in held_keys(client))
         # what the same records cost in the older format, one definition copy in each
-        old = {task_id: json.dumps({**json.loads(message), "definition": definition})
-               for task_id, message in records.items()}
+        old = {
+            task_id: json.dumps({**json.loads(message), "definition": definition})
+            for task_id, message in records.items()
+        }
         client.hset("other:pending", mapping=old)
         old_bytes = sum(len(message) for message in old.values())
         old_memory = client.memory_usage("other:pending")
         client.delete("other:pending")
-        print(f"\n{held} held slots of a {len(definition)}-byte definition: pending records "
-              f"{pending_bytes} B + held definitions {held_bytes} B (MEMORY USAGE "
-              f"{memory} B); a copy in every record (the older format): {old_bytes} B "
-              f"(MEMORY USAGE {old_memory} B)")
+        print(
+            f"\n{held} held slots of a {len(definition)}-byte definition: pending records "
+            f"{pending_bytes} B + held definitions {held_bytes} B (MEMORY USAGE "
+            f"{memory} B); a copy in every record (the older format): {old_bytes} B "
+            f"(MEMORY USAGE {old_memory} B)"
+        )
         assert held == 20
         assert pending_bytes < 10_000  # about 200 bytes a record
         assert len(definition) <= held_bytes < len(definition) + 1000  # one copy
@@ -125,15 +135,23 @@ def test_a_large_entry_held_for_many_slots_stores_one_copy_of_its_definition(red
 
 
 def test_held_slots_past_the_grace_are_dropped_and_counted_others_resent_in_due_order(
-        redis_server, caplog):
+    redis_server, caplog
+):
     clock = Clock()
     with outage(redis_server, redbeat_misfire_grace_time=5) as (app, broker):
-        RedBeatSchedulerEntry("strict", "tasks.strict", 1.0, misfire_grace_time=2, app=app,
-                              last_run_at=at(-1)).save()
-        RedBeatSchedulerEntry("lenient", "tasks.lenient", 2.0, misfire_grace_time=1000,
-                              app=app, last_run_at=at(-2)).save()
-        RedBeatSchedulerEntry("default", "tasks.default", 3.0, app=app,  # the 5 s default
-                              last_run_at=at(-3)).save()
+        RedBeatSchedulerEntry(
+            "strict", "tasks.strict", 1.0, misfire_grace_time=2, app=app, last_run_at=at(-1)
+        ).save()
+        RedBeatSchedulerEntry(
+            "lenient", "tasks.lenient", 2.0, misfire_grace_time=1000, app=app, last_run_at=at(-2)
+        ).save()
+        RedBeatSchedulerEntry(
+            "default",
+            "tasks.default",
+            3.0,
+            app=app,  # the 5 s default
+            last_run_at=at(-3),
+        ).save()
         scheduler = scheduler_for(app, clock)
         client = get_redis(app)
         broker.stop()
@@ -143,29 +161,42 @@ def test_held_slots_past_the_grace_are_dropped_and_counted_others_resent_in_due_
         # past their grace, slots are dropped even while the broker is down: strict's
         # 0..6 and default's 0 and 3, so only what may still be sent stays held
         assert sorted(held_ids(client)) == sorted(
-            [slot_id("strict", s) for s in (7, 8, 9)] +
-            [slot_id("lenient", s) for s in (0, 2, 4, 6, 8)] +
-            [slot_id("default", s) for s in (6, 9)])
+            [slot_id("strict", s) for s in (7, 8, 9)]
+            + [slot_id("lenient", s) for s in (0, 2, 4, 6, 8)]
+            + [slot_id("default", s) for s in (6, 9)]
+        )
 
         broker.start()
         caplog.clear()
         clock.now = T0 + 10
         scheduler.tick()
         sent = [task_id for task_id, _ in published(broker)]
-        held = [slot_id("lenient", 0), slot_id("lenient", 2), slot_id("lenient", 4),
-                slot_id("default", 6), slot_id("lenient", 6), slot_id("lenient", 8),
-                slot_id("strict", 8), slot_id("default", 9), slot_id("strict", 9)]
-        assert sent[:len(held)] == held  # due order, original ids
-        assert sorted(sent[len(held):]) == [slot_id("lenient", 10), slot_id("strict", 10)]
+        held = [
+            slot_id("lenient", 0),
+            slot_id("lenient", 2),
+            slot_id("lenient", 4),
+            slot_id("default", 6),
+            slot_id("lenient", 6),
+            slot_id("lenient", 8),
+            slot_id("strict", 8),
+            slot_id("default", 9),
+            slot_id("strict", 9),
+        ]
+        assert sent[: len(held)] == held  # due order, original ids
+        assert sorted(sent[len(held) :]) == [slot_id("lenient", 10), slot_id("strict", 10)]
         dues = [int(task_id.rsplit(":", 1)[1]) for task_id in sent]
         assert dues == sorted(dues)
         assert nothing_held(client)
 
         dropped = [r.getMessage() for r in caplog.records if "Dropping held slot" in r.getMessage()]
-        assert dropped == [f"beat: Dropping held slot {slot_id('strict', 7)}: 3.000 s late, "
-                           "past its misfire grace time of 2 s"]
-        misfires = {name: json.loads(client.hget(f"redbeat:{name}", "misfires") or "null")
-                    for name in ("strict", "lenient", "default")}
+        assert dropped == [
+            f"beat: Dropping held slot {slot_id('strict', 7)}: 3.000 s late, "
+            "past its misfire grace time of 2 s"
+        ]
+        misfires = {
+            name: json.loads(client.hget(f"redbeat:{name}", "misfires") or "null")
+            for name in ("strict", "lenient", "default")
+        }
         assert misfires == {
             "strict": {"skipped": 8, "last_skipped": at(7).isoformat()},
             "lenient": None,
@@ -180,17 +211,25 @@ def test_an_old_format_pending_record_is_still_resent(redis_server):
     left by a leader of the previous version: re-sent with its id, counted nowhere."""
     clock = Clock(T0 + 30)
     with outage(redis_server, redbeat_misfire_grace_time=60) as (app, broker):
-        entry = RedBeatSchedulerEntry("legacy", "tasks.legacy", 3600.0, args=["as claimed"],
-                                      app=app, last_run_at=at(0)).save()
+        entry = RedBeatSchedulerEntry(
+            "legacy", "tasks.legacy", 3600.0, args=["as claimed"], app=app, last_run_at=at(0)
+        ).save()
         client = get_redis(app)
         definition = client.hget(entry.key, "definition")
-        record = {"key": entry.key, "definition": definition, "due": T0, "claimed_at": T0,
-                  "node": "old-leader:1", "reason": "scheduled"}
+        record = {
+            "key": entry.key,
+            "definition": definition,
+            "due": T0,
+            "claimed_at": T0,
+            "node": "old-leader:1",
+            "reason": "scheduled",
+        }
         forge_record(client, slot_id("legacy", 0), json.dumps(record))
         too_late = {**record, "due": T0 - 3600}
         forge_record(client, slot_id("legacy", -3600), json.dumps(too_late))
-        RedBeatSchedulerEntry("legacy", "tasks.legacy", 3600.0, args=["edited"],
-                              app=app).save()  # the record still holds what was claimed
+        RedBeatSchedulerEntry(
+            "legacy", "tasks.legacy", 3600.0, args=["edited"], app=app
+        ).save()  # the record still holds what was claimed
         scheduler = scheduler_for(app, clock)
         scheduler.tick()  # takes the lock
         scheduler.tick()
@@ -200,14 +239,15 @@ def test_an_old_format_pending_record_is_still_resent(redis_server):
         scheduler.close()
 
 
-def test_held_slots_of_an_entry_edited_or_deleted_meanwhile_are_resent_as_claimed(
-        redis_server):
+def test_held_slots_of_an_entry_edited_or_deleted_meanwhile_are_resent_as_claimed(redis_server):
     clock = Clock()
     with outage(redis_server) as (app, broker):
-        RedBeatSchedulerEntry("edited", "tasks.edited", 10.0, args=["old"], app=app,
-                              last_run_at=at(-10)).save()
-        RedBeatSchedulerEntry("deleted", "tasks.deleted", 10.0, args=["gone"], app=app,
-                              last_run_at=at(-10)).save()
+        RedBeatSchedulerEntry(
+            "edited", "tasks.edited", 10.0, args=["old"], app=app, last_run_at=at(-10)
+        ).save()
+        RedBeatSchedulerEntry(
+            "deleted", "tasks.deleted", 10.0, args=["gone"], app=app, last_run_at=at(-10)
+        ).save()
         scheduler = scheduler_for(app, clock)
         client = get_redis(app)
         broker.stop()
@@ -222,8 +262,10 @@ def test_held_slots_of_an_entry_edited_or_deleted_meanwhile_are_resent_as_claime
         broker.start()
         clock.now = T0 + 1
         scheduler.tick()
-        assert sorted(published(broker)) == [(slot_id("deleted", 0), ["gone"]),
-                                             (slot_id("edited", 0), ["old"])]
+        assert sorted(published(broker)) == [
+            (slot_id("deleted", 0), ["gone"]),
+            (slot_id("edited", 0), ["old"]),
+        ]
         assert not client.exists("redbeat:deleted")  # not re-created by the re-send
         assert nothing_held(client)
         clock.now = T0 + 10
@@ -261,8 +303,7 @@ class BrokerDown(Recording):
 
 def test_each_distinct_definition_is_held_once_and_released_with_its_last_record(app):
     clock = Clock()
-    RedBeatSchedulerEntry("job", "tasks.x", 1.0, args=["v1"], app=app,
-                          last_run_at=at(-1)).save()
+    RedBeatSchedulerEntry("job", "tasks.x", 1.0, args=["v1"], app=app, last_run_at=at(-1)).save()
     scheduler = BrokerDown(app, clock=clock)
     client = get_redis(app)
     scheduler.tick()  # takes the lock
@@ -344,10 +385,26 @@ def test_a_slot_claimed_again_under_a_pending_id_keeps_one_record_and_one_refere
     scheduler.tick()
     client = get_redis(app)
     first = held_records(client)[slot_id("job", 0)]
-    client.hset(entry.key, "meta", json.dumps({"last_run_at": {
-        "__type__": "datetime", "year": 2026, "month": 11, "day": 23, "hour": 11,
-        "minute": 59, "second": 50, "microsecond": 0, "timezone": "UTC"},
-        "total_run_count": 1}))
+    client.hset(
+        entry.key,
+        "meta",
+        json.dumps(
+            {
+                "last_run_at": {
+                    "__type__": "datetime",
+                    "year": 2026,
+                    "month": 11,
+                    "day": 23,
+                    "hour": 11,
+                    "minute": 59,
+                    "second": 50,
+                    "microsecond": 0,
+                    "timezone": "UTC",
+                },
+                "total_run_count": 1,
+            }
+        ),
+    )
     client.zadd("redbeat::schedule", {entry.key: T0})
     clock.now = T0 + 1
     scheduler.tick()
@@ -374,9 +431,17 @@ def test_a_pending_record_is_read_by_its_structure_whatever_its_spacing(app, sep
     client = get_redis(app)
     definition = client.hget("redbeat:job", "definition")
     sha = definition_sha1(definition)
-    record = json.dumps({"key": "redbeat:job", "definition_sha1": sha, "due": T0,
-                         "claimed_at": T0, "node": "n", "reason": "run-now"},
-                        separators=separators)
+    record = json.dumps(
+        {
+            "key": "redbeat:job",
+            "definition_sha1": sha,
+            "due": T0,
+            "claimed_at": T0,
+            "node": "n",
+            "reason": "run-now",
+        },
+        separators=separators,
+    )
     store = store_for(app)
     assert store.hold("job:run", record, definition)
     assert store.hold("job:other", record, definition)
