@@ -331,6 +331,33 @@ def test_each_distinct_definition_is_held_once_and_released_with_its_last_record
     assert nothing_held(client)
 
 
+def test_confirming_the_last_held_slots_deletes_their_records_without_reading_them(
+    app, redis_server
+):
+    """A burst confirmed whole leaves nothing held: confirm.lua deletes the records and
+    every held definition without reading a record (a GET and a JSON decode per slot
+    were most of its cost); confirming part of them still reads each to count."""
+    clock = Clock()
+    for name in ("a", "b", "c"):
+        RedBeatSchedulerEntry(name, "tasks.x", 1.0, app=app, last_run_at=at(-1)).save()
+    scheduler = BrokerDown(app, clock=clock)
+    scheduler.tick()  # takes the lock
+    scheduler.tick()
+    client = get_redis(app)
+    ids = held_ids(client)
+    assert len(ids) == 3 and len(held_definitions(client)) == 3
+    admin = redis_server.client()
+    admin.config_resetstat()
+    scheduler.store.confirm(ids[:1])
+    assert "cmdstat_get" in admin.info("commandstats")
+    assert len(held_definitions(client)) == 2
+    admin.config_resetstat()
+    scheduler.store.confirm(ids[1:])
+    assert "cmdstat_get" not in admin.info("commandstats")
+    assert nothing_held(client)
+    scheduler.close()
+
+
 def test_a_held_definition_removed_by_hand_drops_its_record_with_a_log_line(app, caplog):
     clock = Clock()
     RedBeatSchedulerEntry("job", "tasks.x", 10.0, app=app, last_run_at=at(-10)).save()

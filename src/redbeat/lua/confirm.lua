@@ -17,6 +17,12 @@ local forgotten = 0
 local released, named = {}, {}
 adopt_held_shapes(KEYS[1], KEYS[2])
 for first = 1, #ids, CHUNK do
+  redis.call('ZREM', KEYS[1], unpack(ids, first, math.min(first + CHUNK - 1, #ids)))
+end
+-- When no slot is left held (a burst confirmed whole), every held definition goes
+-- (below) and the records need not be read: only their keys are deleted.
+local remaining = redis.call('ZCARD', KEYS[1])
+for first = 1, #ids, CHUNK do
   local last = math.min(first + CHUNK - 1, #ids)
   -- a record names its definition in its definition_sha1 field (read_pending, in the
   -- prelude); one without it (the old format, with the definition inside, or a
@@ -24,22 +30,22 @@ for first = 1, #ids, CHUNK do
   local records = {}
   for i = first, last do
     records[#records + 1] = record_key(KEYS[1], ids[i])
-    local message = redis.call('GET', records[#records])
-    local sha = message and select(2, read_pending(message))
-    if sha then
-      if not released[sha] then
-        named[#named + 1] = sha
+    if remaining > 0 then
+      local message = redis.call('GET', records[#records])
+      local sha = message and select(2, read_pending(message))
+      if sha then
+        if not released[sha] then
+          named[#named + 1] = sha
+        end
+        released[sha] = (released[sha] or 0) + 1
       end
-      released[sha] = (released[sha] or 0) + 1
     end
   end
   forgotten = forgotten + redis.call('DEL', unpack(records))
-  redis.call('ZREM', KEYS[1], unpack(ids, first, last))
 end
 -- The counts read and written per definition named (ZSCORE and ZADD, not ZINCRBY: the
 -- commands an ACL user of docs/deployments.md has); not at all when no record is left,
--- since then every held definition goes (below): a burst confirmed whole.
-local remaining = redis.call('ZCARD', KEYS[1])
+-- since then every held definition goes (below).
 local zeroed = {}
 if remaining > 0 then
   for _, sha in ipairs(named) do
