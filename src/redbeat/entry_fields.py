@@ -55,11 +55,12 @@ def utc_meta_text(moment: datetime, total_run_count: int | None) -> str:
     """The fast path's meta text (an f-string: twice as fast as str.format here); no
     count when ``total_run_count`` is None (what a save writes, as 2.4.2's does)."""
     m = utc(moment)
-    count = "" if total_run_count is None else \
-        f', "total_run_count": {int(total_run_count)}'
-    return (f'{{"last_run_at": {{"__type__": "datetime", "year": {m.year}, "month": {m.month}, '
-            f'"day": {m.day}, "hour": {m.hour}, "minute": {m.minute}, "second": {m.second}, '
-            f'"microsecond": {m.microsecond}, "timezone": "UTC"}}{count}}}')
+    count = "" if total_run_count is None else f', "total_run_count": {int(total_run_count)}'
+    return (
+        f'{{"last_run_at": {{"__type__": "datetime", "year": {m.year}, "month": {m.month}, '
+        f'"day": {m.day}, "hour": {m.hour}, "minute": {m.minute}, "second": {m.second}, '
+        f'"microsecond": {m.microsecond}, "timezone": "UTC"}}{count}}}'
+    )
 
 
 def meta_json(last_run_at: datetime | None, total_run_count: int | None = None) -> str:
@@ -71,7 +72,6 @@ def meta_json(last_run_at: datetime | None, total_run_count: int | None = None) 
     if total_run_count is not None:
         meta["total_run_count"] = total_run_count
     return json.dumps(meta)
-
 
 
 #: RecursionError: JSON nested deeper than the interpreter's recursion limit.
@@ -130,8 +130,9 @@ def parse_definition(
     schedule = definition["schedule"]
     if isinstance(schedule, dict):
         kind = schedule.get("__type__")
-        raise InvalidEntry(key, f"unknown schedule type {kind!r}" if kind else
-                           "schedule has no '__type__'")
+        raise InvalidEntry(
+            key, f"unknown schedule type {kind!r}" if kind else "schedule has no '__type__'"
+        )
     if not isinstance(schedule, BaseSchedule):
         raise InvalidEntry(key, f"schedule must be a tagged object, not {type(schedule).__name__}")
     task = _expect(key, "task", definition["task"], (str,), "a string")
@@ -141,12 +142,14 @@ def parse_definition(
     if args is not None:
         _expect(key, "args", args, (list,), "a list or null")
     return Definition(
-        name, task, schedule, args,
+        name,
+        task,
+        schedule,
+        args,
         _expect(key, "kwargs", definition.get("kwargs") or {}, (dict,), "an object"),
         _expect(key, "options", definition.get("options") or {}, (dict,), "an object"),
         _expect(key, "enabled", definition.get("enabled", True), (bool,), "true or false"),
     )
-
 
 
 def parse_meta(key: str, text: str | None) -> tuple[datetime | None, int]:
@@ -154,8 +157,16 @@ def parse_meta(key: str, text: str | None) -> tuple[datetime | None, int]:
     if fast is not None:
         year, month, day, hour, minute, second, micro, count = fast.groups()
         try:
-            moment = datetime(int(year), int(month), int(day), int(hour), int(minute),
-                              int(second), int(micro), UTC_ZONE)
+            moment = datetime(
+                int(year),
+                int(month),
+                int(day),
+                int(hour),
+                int(minute),
+                int(second),
+                int(micro),
+                UTC_ZONE,
+            )
             return moment, int(count or 0)
         except ValueError as exc:
             raise InvalidEntry(key, f"meta: ValueError: {exc}") from exc
@@ -177,8 +188,9 @@ def parse_meta(key: str, text: str | None) -> tuple[datetime | None, int]:
 
 
 #: Definition keys the constructor gets anyway (or that belong to other hash fields).
-CONSTRUCTOR_FIELDS = frozenset({*Definition._fields, "last_run_at", "total_run_count", "app",
-                                "policy", *POLICY_FIELDS})
+CONSTRUCTOR_FIELDS = frozenset(
+    {*Definition._fields, "last_run_at", "total_run_count", "app", "policy", *POLICY_FIELDS}
+)
 
 
 def extra_fields(key: str, text: str | None) -> dict[str, Any]:
@@ -187,7 +199,8 @@ def extra_fields(key: str, text: str | None) -> dict[str, Any]:
     inner = legacy.unwrap(definition)
     if inner is not None:
         definition = _load_json(key, "definition", inner)
-    return {name: value for name, value in definition.items()
-            if name not in CONSTRUCTOR_FIELDS and name.isidentifier()}
-
-
+    return {
+        name: value
+        for name, value in definition.items()
+        if name not in CONSTRUCTOR_FIELDS and name.isidentifier()
+    }
