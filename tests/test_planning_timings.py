@@ -23,13 +23,17 @@ APP = Celery("timings-tests", set_as_current=False)
 APP.conf.update(timezone="UTC", redbeat_redis_url="redis://unused:1/0")
 
 
-def row(name: str, schedule: object, last: datetime | None, score: float | None = None,
-        **policy: object) -> Row:
-    entry = RedBeatSchedulerEntry(name, "tasks.x", schedule, app=APP, last_run_at=last,
-                                  **policy)
-    return Row(entry.key, NOW.timestamp() if score is None else score,
-               entry.definition_json(), None if last is None else meta_json(last),
-               entry.policy.to_json())
+def row(
+    name: str, schedule: object, last: datetime | None, score: float | None = None, **policy: object
+) -> Row:
+    entry = RedBeatSchedulerEntry(name, "tasks.x", schedule, app=APP, last_run_at=last, **policy)
+    return Row(
+        entry.key,
+        NOW.timestamp() if score is None else score,
+        entry.definition_json(),
+        None if last is None else meta_json(last),
+        entry.policy.to_json(),
+    )
 
 
 def decided(rows: list[Row], settings: TickSettings) -> list[tuple[object, ...]]:
@@ -45,10 +49,14 @@ def rows_sharing_a_schedule(schedule: object) -> list[Row]:
         *(row(f"same{i}", schedule, MINUTE_AGO) for i in range(3)),
         row("jittered", schedule, MINUTE_AGO, jitter=30),
         row("jittered2", schedule, MINUTE_AGO, jitter=30),
-        row("older", schedule, MINUTE_AGO - timedelta(minutes=5), coalesce=False,
-            max_catch_up=3),
-        row("graced", schedule, MINUTE_AGO - timedelta(hours=2), misfire_grace_time=90,
-            coalesce=False),
+        row("older", schedule, MINUTE_AGO - timedelta(minutes=5), coalesce=False, max_catch_up=3),
+        row(
+            "graced",
+            schedule,
+            MINUTE_AGO - timedelta(hours=2),
+            misfire_grace_time=90,
+            coalesce=False,
+        ),
         row("zoned", schedule, MINUTE_AGO.astimezone(ZoneInfo("Asia/Kolkata"))),
         row("never-ran", schedule, None, NOW.timestamp() - 3),
         row("never-ran-later", schedule, None, NOW.timestamp() + 20),
@@ -58,17 +66,19 @@ def rows_sharing_a_schedule(schedule: object) -> list[Row]:
     ]
 
 
-@pytest.mark.parametrize("schedule", [60.0, timedelta(seconds=45), crontab(),
-                                      crontab(minute="*/5", hour="8-18")],
-                         ids=["60 s", "45 s", "* * * * *", "*/5 8-18"])
+@pytest.mark.parametrize(
+    "schedule",
+    [60.0, timedelta(seconds=45), crontab(), crontab(minute="*/5", hour="8-18")],
+    ids=["60 s", "45 s", "* * * * *", "*/5 8-18"],
+)
 @pytest.mark.parametrize("grace", [None, 120.0], ids=["no default grace", "grace 120 s"])
-def test_a_batch_decides_what_each_entry_decides_alone(schedule: object,
-                                                       grace: float | None) -> None:
+def test_a_batch_decides_what_each_entry_decides_alone(
+    schedule: object, grace: float | None
+) -> None:
     settings = TickSettings("node", misfire_grace_time=grace)
     rows = rows_sharing_a_schedule(schedule)
     alone = [decision for one in rows for decision in decided([one], settings)]
     together = decided(rows, settings)
     assert sorted(map(repr, together)) == sorted(map(repr, alone))
     # the batch did claim something for the entries sharing everything
-    assert sum(1 for d in together if isinstance(d, tuple) and str(d[1]).startswith("same")) \
-        == 3
+    assert sum(1 for d in together if isinstance(d, tuple) and str(d[1]).startswith("same")) == 3
