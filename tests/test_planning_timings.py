@@ -15,7 +15,7 @@ from celery.schedules import crontab
 from redbeat import RedBeatSchedulerEntry
 from redbeat.batch import Row
 from redbeat.entry_fields import meta_json
-from redbeat.planning import TickSettings, plan_batch
+from redbeat.planning import TickSettings, due_ms, plan_batch, slot_stamps
 
 UTC = timezone.utc
 NOW = datetime(2027, 6, 1, 12, 0, 0, 4000, tzinfo=UTC)
@@ -82,3 +82,12 @@ def test_a_batch_decides_what_each_entry_decides_alone(
     assert sorted(map(repr, together)) == sorted(map(repr, alone))
     # the batch did claim something for the entries sharing everything
     assert sum(1 for d in together if isinstance(d, tuple) and str(d[1]).startswith("same")) == 3
+
+
+def test_a_slots_stamps_are_its_instants_whatever_its_zone() -> None:
+    """slot_stamps is kept by due time: one instant in two zones is one key, and its
+    texts are what the task id (epoch ms) and the pending record (repr of epoch s) say."""
+    due = datetime(2027, 6, 1, 11, 59, 0, 123456, tzinfo=UTC)
+    zoned = due.astimezone(ZoneInfo("Asia/Kolkata"))
+    assert slot_stamps(zoned) == slot_stamps(due) == ("1811851140123", "1811851140.123456")
+    assert due_ms(due) == "1811851140123"

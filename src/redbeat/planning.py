@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from celery import Celery
@@ -53,7 +54,17 @@ def printable(text: str) -> str:
 
 def due_ms(due: datetime) -> str:
     """A slot's due time in epoch milliseconds: in its task id and its dispatch record."""
-    return str(round(due.timestamp() * 1000))
+    return slot_stamps(due)[0]
+
+
+@lru_cache(maxsize=1024)
+def slot_stamps(due: datetime) -> tuple[str, str]:
+    """A slot's due time as its task id and dispatch record write it (:func:`due_ms`)
+    and as its pending record does (epoch seconds, ``repr``). Kept by due time: a
+    burst's entries share their slot, and an aware datetime's timestamp costs a zone
+    lookup each time."""
+    seconds = due.timestamp()
+    return str(round(seconds * 1000)), repr(seconds)
 
 
 def slot_task_id(name: str, slot_ms: str) -> str:
@@ -363,7 +374,7 @@ def _send(
     A watched entry's latest run becomes its claimed slot, queued."""
     claims, pending, records = [], [], []
     for slot in runs:
-        slot_ms = due_ms(slot)
+        slot_ms, slot_seconds = slot_stamps(slot)
         task_id = (
             slot_task_id(entry.name, slot_ms)
             if policy.deterministic_task_ids
@@ -371,7 +382,7 @@ def _send(
         )
         claims.append(Claim(task_id, entry, slot))
         if policy.at_least_once:
-            pending.append((task_id, repr(slot.timestamp())))
+            pending.append((task_id, slot_seconds))
         if policy.record_history:
             records.append((task_id, slot_ms))
     if row.watched and claims:
