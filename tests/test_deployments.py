@@ -73,8 +73,10 @@ def test_valkey_leader_standby_and_cli():
 def test_tls_with_ca_and_client_certificate():
     server = TLSServer().start()
     try:
-        app = make_app(server.url, redbeat_redis_use_ssl={
-            **server.ssl_options(), "ssl_cert_reqs": ssl.CERT_REQUIRED})
+        app = make_app(
+            server.url,
+            redbeat_redis_use_ssl={**server.ssl_options(), "ssl_cert_reqs": ssl.CERT_REQUIRED},
+        )
         RedBeatSchedulerEntry("secure", "tasks.s", 0.5, app=app).save()
         scheduler = Recording(app)
         run_until_sent(scheduler, 2)
@@ -119,8 +121,10 @@ def test_sentinel_failover_while_ticking(spelling):
     try:
         port = deployment.sentinel_port
         if spelling == "redis-sentinel":
-            url, options = "redis-sentinel://127.0.0.1/0", {
-                "sentinels": [("127.0.0.1", port)], "service_name": "mymaster"}
+            url, options = (
+                "redis-sentinel://127.0.0.1/0",
+                {"sentinels": [("127.0.0.1", port)], "service_name": "mymaster"},
+            )
         else:
             url, options = f"sentinel://127.0.0.1:{port}", {"service_name": "mymaster"}
         app = make_app(url, redbeat_redis_options={**options, "retry_period": 30})
@@ -143,9 +147,12 @@ def test_cluster_with_a_tagged_prefix_and_a_failover():
     deployment = ClusterDeployment().start()
     try:
         prefix = "{redbeat}:"
-        app = make_app(deployment.url, redbeat_key_prefix=prefix,
-                       redbeat_redis_options={"retry_period": 30},
-                       beat_schedule={"static": {"task": "t", "schedule": 5.0}})
+        app = make_app(
+            deployment.url,
+            redbeat_key_prefix=prefix,
+            redbeat_redis_options={"retry_period": 30},
+            beat_schedule={"static": {"task": "t", "schedule": 5.0}},
+        )
         RedBeatSchedulerEntry("clustered", "tasks.c", 0.5, app=app).save()
         scheduler = Recording(app)
         run_until_sent(scheduler, 2)
@@ -173,10 +180,13 @@ def test_cluster_from_startup_nodes_written_as_dicts():
     deployment = ClusterDeployment(replicas=0).start()
     try:
         configured = [{"host": "127.0.0.1", "port": str(free_port())}] + [
-            {"host": host, "port": str(port)} for host, port in deployment.addresses]
-        app = make_app(deployment.url, redbeat_key_prefix="{redbeat}:",
-                       redbeat_redis_options={"startup_nodes": configured,
-                                              "dynamic_startup_nodes": False})
+            {"host": host, "port": str(port)} for host, port in deployment.addresses
+        ]
+        app = make_app(
+            deployment.url,
+            redbeat_key_prefix="{redbeat}:",
+            redbeat_redis_options={"startup_nodes": configured, "dynamic_startup_nodes": False},
+        )
         client = get_redis(app)
         kept = list(client.nodes_manager.startup_nodes.values())
         assert all(isinstance(node, StartupNode) for node in kept)
