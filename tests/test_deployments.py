@@ -13,18 +13,28 @@ from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.cli import main
 from redbeat.connection import StartupNode
+from redbeat.lock import Lease
 from redbeat.manage import get_entry
 from redbeat.runtime import get_redis, store_for
 from support.deployments import (
+    FAST_REPLICATION,
+    HOST,
     ACLServer,
     ClusterDeployment,
     SentinelDeployment,
     TLSServer,
     plain_server,
     require_valkey,
+    wait_for,
 )
+from support.processes import LIVENESS
 from support.recording import Recording
-from support.redis_server import free_port, redis_required, redis_server_binary
+from support.redis_server import (
+    free_port,
+    redis_required,
+    redis_server_binary,
+    require_redis6_server,
+)
 
 pytestmark = pytest.mark.redis_server
 
@@ -68,6 +78,42 @@ def test_valkey_leader_standby_and_cli():
         sent = leader.task_ids + standby.task_ids
         assert len(sent) == len(set(sent))  # one id per slot across the handover
         standby.close()
+
+
+def test_redis_6_is_asked_for_evictions_and_replicas_one_info_section_at_a_time():
+    """Under an evicting policy tick.lua reads INFO's stats and replication sections in one
+    call, which Redis 7 answers and Redis 6 refuses; on Redis 6 it asks for each apart.
+    On a real Redis 6.2 with a replica and keys evicted, the leader's tick still counts
+    both (without them it would neither log evictions nor wait for the replica)."""
+    binary = require_redis6_server()
+    evicting = [*FAST_REPLICATION, "--maxmemory-policy", "allkeys-lru"]
+    with plain_server(binary=binary, extra_args=evicting) as master:
+        follows = [*FAST_REPLICATION, "--replicaof", HOST, str(master.port)]
+        with plain_server(binary=binary, extra_args=follows):
+            client = master.client()
+            with pytest.raises(redis.ResponseError):  # the Redis < 7 this test is about
+                client.execute_command("INFO", "stats", "replication")
+            wait_for(
+                lambda: client.info("replication").get("slave0", {}).get("state") == "online",
+                LIVENESS,
+                "the replica to sync",
+            )
+            client.mset({f"filler:{i}": "x" * 1000 for i in range(1000)})
+            client.config_set("maxmemory", int(client.info("memory")["used_memory"]) - 500_000)
+            client.set("filler:last", "x")  # a write: Redis evicts down to maxmemory first
+            client.config_set("maxmemory", 0)
+            evicted = int(client.info("stats")["evicted_keys"])
+            assert evicted > 0
+
+            app = make_app(master.url)
+            store = store_for(app)
+            lease = Lease(store, app.redbeat_conf.keys.lock, 10.0)
+            assert store.fetch(0.0, lease, 10, lease.token, read_evictions=True).status == (
+                "acquired"
+            )
+            fetch = store.fetch(0.0, lease, 10, lease.token, read_evictions=True)
+            assert fetch.status == "leader" and fetch.evicted_keys == evicted
+            assert store.replicas.expected == 1
 
 
 def test_tls_with_ca_and_client_certificate():

