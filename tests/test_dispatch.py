@@ -60,19 +60,27 @@ class Seat:
         return self.leading
 
 
-def dispatcher_for(app: Celery, writer: Writer, seat: Seat | None = None,
-                   monotonic: Any = time.monotonic) -> Dispatcher:
+def dispatcher_for(
+    app: Celery, writer: Writer, seat: Seat | None = None, monotonic: Any = time.monotonic
+) -> Dispatcher:
     seat = seat or Seat()
-    return Dispatcher(app, ensure_conf(app), Recorder(), store=lambda: store_for(app),
-                      node_id=lambda: "test:1", send_one=writer,
-                      producer=lambda connection: app.amqp.Producer(connection,
-                                                                    auto_declare=False),
-                      may_send=seat.may_send, monotonic=monotonic)
+    return Dispatcher(
+        app,
+        ensure_conf(app),
+        Recorder(),
+        store=lambda: store_for(app),
+        node_id=lambda: "test:1",
+        send_one=writer,
+        producer=lambda connection: app.amqp.Producer(connection, auto_declare=False),
+        may_send=seat.may_send,
+        monotonic=monotonic,
+    )
 
 
 def slots(app: Celery, *names: str) -> list[tuple[RedBeatSchedulerEntry, str]]:
-    return [(RedBeatSchedulerEntry(name, f"tasks.{name}", 60.0, app=app), f"{name}:1")
-            for name in names]
+    return [
+        (RedBeatSchedulerEntry(name, f"tasks.{name}", 60.0, app=app), f"{name}:1") for name in names
+    ]
 
 
 def hold(app: Celery, task_id: str) -> None:
@@ -119,12 +127,16 @@ def test_a_blocking_writer_costs_one_bounded_wait_then_its_late_send_is_not_repe
     dispatcher.close()
 
 
-@pytest.mark.parametrize("failure", [
-    OperationalError("connection refused"),
-    ConnectionResetError(104, "reset by peer"),
-    BaseParser.parse_error("OOM command not allowed when used memory > 'maxmemory'."),
-    BaseParser.parse_error("READONLY You can't write against a read only replica."),
-], ids=["unreachable", "reset", "oom", "readonly"])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        OperationalError("connection refused"),
+        ConnectionResetError(104, "reset by peer"),
+        BaseParser.parse_error("OOM command not allowed when used memory > 'maxmemory'."),
+        BaseParser.parse_error("READONLY You can't write against a read only replica."),
+    ],
+    ids=["unreachable", "reset", "oom", "readonly"],
+)
 def test_a_failing_writer_leaves_the_slot_and_those_after_it_pending(app, failure, caplog):
     """The broker cannot take it now: held (not recorded as a failure), logged once for
     the whole outage, tried again with the same task id when it answers."""
@@ -231,11 +243,14 @@ def test_the_inline_path_sends_on_the_callers_thread(app):
     assert threads == [threading.current_thread().name]
 
 
-@pytest.mark.parametrize(("value", "problem"), [
-    ("abc", "redbeat_publish_timeout='abc' is not a number"),
-    (-1, "redbeat_publish_timeout=-1 must be above 0"),
-    (0, "redbeat_publish_timeout=0 must be above 0"),
-])
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("abc", "redbeat_publish_timeout='abc' is not a number"),
+        (-1, "redbeat_publish_timeout=-1 must be above 0"),
+        (0, "redbeat_publish_timeout=0 must be above 0"),
+    ],
+)
 def test_a_bad_publish_timeout_stops_beat_at_start(redis_server, value, problem):
     with pytest.raises(SystemExit, match=problem):
         RedBeatScheduler(make_app(redis_server.url, redbeat_publish_timeout=value))
@@ -243,7 +258,8 @@ def test_a_bad_publish_timeout_stops_beat_at_start(redis_server, value, problem)
 
 @pytest.mark.parametrize(("value", "timeout"), [(None, 3.0), ("0.5", 0.5), (7, 7.0)])
 def test_the_publish_timeout_reaches_the_dispatcher_and_the_broker_sockets(
-        redis_server, value, timeout):
+    redis_server, value, timeout
+):
     conf = {} if value is None else {"redbeat_publish_timeout": value}
     app = make_app(redis_server.url, broker_url=redis_server.url, **conf)
     scheduler = RedBeatScheduler(app)
@@ -256,10 +272,14 @@ def mutable_class_state(cls: type) -> dict[str, object]:
     """The class attributes of ``cls`` (its own, not Celery's) that hold mutable data:
     state both threads could touch through the class."""
     immutable = (int, float, str, bytes, bool, tuple, frozenset, type(None), type)
-    return {name: value for name, value in vars(cls).items()
-            if not name.startswith("__") and not callable(value)
-            and not isinstance(value, (property, staticmethod, classmethod, *immutable))
-            and not hasattr(value, "__get__")}
+    return {
+        name: value
+        for name, value in vars(cls).items()
+        if not name.startswith("__")
+        and not callable(value)
+        and not isinstance(value, (property, staticmethod, classmethod, *immutable))
+        and not hasattr(value, "__get__")
+    }
 
 
 @pytest.mark.parametrize("cls", [Dispatcher, RedBeatScheduler])
@@ -281,8 +301,7 @@ def test_celerys_connection_and_producer_are_the_dispatchers(redis_server):
     scheduler.close()
 
 
-def test_a_broker_that_does_not_answer_leaves_nothing_drafted_and_raises_nothing(
-        redis_server):
+def test_a_broker_that_does_not_answer_leaves_nothing_drafted_and_raises_nothing(redis_server):
     """Drafting from templates needs the producer's channel: a hung broker (a real
     redis-server stopped with SIGSTOP) made that raise kombu's OperationalError on the
     tick's thread, which ended beat. Now nothing is drafted; the publish path holds."""

@@ -93,8 +93,12 @@ class SendJob:
     that tick gave up first: then the thread itself records the sends that went out late
     (the lock makes that one decision, not two)."""
 
-    def __init__(self, slots: list[Slot], announce: Callable[[list[Slot]], None] | None = None,
-                 batch: Batch | None = None) -> None:
+    def __init__(
+        self,
+        slots: list[Slot],
+        announce: Callable[[list[Slot]], None] | None = None,
+        batch: Batch | None = None,
+    ) -> None:
         self.slots = slots
         self.announce = announce  # logs the slots once the broker is known to be up
         self.batch = batch  # their messages, when built before the hand-off
@@ -146,11 +150,19 @@ class Dispatcher:
     ``within`` seconds) and ``monotonic`` (the clock the lease is measured with).
     """
 
-    def __init__(self, app: Celery, config: RedBeatConfig, metrics: Recorder, *,
-                 store: Callable[[], ScheduleStore], node_id: Callable[[], str],
-                 send_one: Callable[[RedBeatSchedulerEntry, str], Any],
-                 producer: Callable[[Any], Any], may_send: Callable[[float], bool],
-                 monotonic: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        app: Celery,
+        config: RedBeatConfig,
+        metrics: Recorder,
+        *,
+        store: Callable[[], ScheduleStore],
+        node_id: Callable[[], str],
+        send_one: Callable[[RedBeatSchedulerEntry, str], Any],
+        producer: Callable[[Any], Any],
+        may_send: Callable[[float], bool],
+        monotonic: Callable[[], float],
+    ) -> None:
         self.app = app
         self.config = config
         self.metrics = metrics
@@ -193,8 +205,11 @@ class Dispatcher:
                 options = dict(connection.transport_options or {})
                 for name in ("socket_timeout", "socket_connect_timeout"):
                     given = options.get(name)
-                    options[name] = (self.publish_timeout if given is None
-                                     else min(float(given), self.publish_timeout))
+                    options[name] = (
+                        self.publish_timeout
+                        if given is None
+                        else min(float(given), self.publish_timeout)
+                    )
                 connection.transport_options = options
             self._connection = connection
         return self._connection
@@ -211,8 +226,12 @@ class Dispatcher:
         tick tries again."""
         if self._producer is None:
             connection = self.connection.ensure_connection(
-                max_retries=1, interval_start=0, interval_step=0.5, interval_max=0.5,
-                timeout=self.publish_timeout)
+                max_retries=1,
+                interval_start=0,
+                interval_step=0.5,
+                interval_max=0.5,
+                timeout=self.publish_timeout,
+            )
             self._producer = self.make_producer(connection)
         return self._producer
 
@@ -237,13 +256,17 @@ class Dispatcher:
     def batched(self, path: str) -> bool:
         """Whether slots on ``path`` go out through the batched publish (publish.py):
         not on a transport or with settings that module does not reproduce."""
-        return (path == BATCHED and publish.batch_transport(self.connection) is not None
-                and publish.app_supports_batch(self.app))
+        return (
+            path == BATCHED
+            and publish.batch_transport(self.connection) is not None
+            and publish.app_supports_batch(self.app)
+        )
 
     # -- drafting while the commit runs ---------------------------------------------------
 
-    def draft_during(self, commit: Callable[[], T], claims: list[Claim],
-                     path: str) -> tuple[T, Drafts]:
+    def draft_during(
+        self, commit: Callable[[], T], claims: list[Claim], path: str
+    ) -> tuple[T, Drafts]:
         """``commit()`` (commit.lua, which records the claims), and meanwhile the claims'
         messages drafted (:meth:`draft`: no signal, no side effect). Redis runs the script
         on its own core for about as long as drafting takes here, so the commit waits on
@@ -304,24 +327,33 @@ class Dispatcher:
         for claim, tag in zip(claims, publish.delivery_tags(len(claims)), strict=True):
             try:
                 drafts[claim.task_id] = self._templates.outgoing(
-                    builder, channel, claim.entry, claim.task_id, tag)
+                    builder, channel, claim.entry, claim.task_id, tag
+                )
             except Exception:  # noqa: S112 - decided (and logged) on the publish path
                 continue
         return drafts
 
     # -- sending --------------------------------------------------------------------------
 
-    def send_claims(self, claims: list[Claim], lease: Lease | None, path: str, wait: float,
-                    drafts: Drafts | None = None) -> Sent:
+    def send_claims(
+        self,
+        claims: list[Claim],
+        lease: Lease | None,
+        path: str,
+        wait: float,
+        drafts: Drafts | None = None,
+    ) -> Sent:
         """Publish the slots a tick claimed (``drafts``: their messages drafted already,
         by task id), and count them."""
-        sent = self.send([(claim.entry, claim.task_id) for claim in claims], lease, path,
-                         wait, drafts=drafts)
+        sent = self.send(
+            [(claim.entry, claim.task_id) for claim in claims], lease, path, wait, drafts=drafts
+        )
         self._count([(claim.task_id, claim.due) for claim in claims], sent.done)
         return sent
 
-    def resend_held(self, fetch: Fetch, now: datetime, entry_class: type[Any], path: str,
-                    wait: float) -> tuple[list[str], list[Misfire]]:
+    def resend_held(
+        self, fetch: Fetch, now: datetime, entry_class: type[Any], path: str, wait: float
+    ) -> tuple[list[str], list[Misfire]]:
         """Publish this batch of held slots, oldest due first by each record's own due
         time (the index the batch is read from may be written by hand): a backlog
         released after a broker outage must reach the workers in the order it was due.
@@ -339,8 +371,11 @@ class Dispatcher:
                 # whatever a record holds (a due of 1e300, nesting past the recursion
                 # limit, a bad definition, a held definition removed by hand), it must
                 # not stop the node: drop it, log it
-                logger.error("beat: Dropping unreadable pending slot %s: %s", printable(task_id),
-                             printable(repr(exc)[:300]))
+                logger.error(
+                    "beat: Dropping unreadable pending slot %s: %s",
+                    printable(task_id),
+                    printable(repr(exc)[:300]),
+                )
                 done.append(task_id)
         held.sort(key=lambda item: (item[1].due, item[0]))
         late: dict[str, tuple[int, datetime]] = {}
@@ -348,12 +383,14 @@ class Dispatcher:
         reasons: dict[str, str] = {}
         for task_id, slot in held:
             key = slot.entry.key
-            grace = held_grace(slot, fetch.policies.get(key), self.config.misfire_grace_time,
-                               now)
+            grace = held_grace(slot, fetch.policies.get(key), self.config.misfire_grace_time, now)
             if grace is not None:
-                logger.warning("beat: Dropping held slot %s: %.3f s late, past its misfire "
-                               "grace time of %g s", printable(task_id),
-                               (now - slot.due).total_seconds(), grace)
+                logger.warning(
+                    "beat: Dropping held slot %s: %.3f s late, past its misfire grace time of %g s",
+                    printable(task_id),
+                    (now - slot.due).total_seconds(),
+                    grace,
+                )
                 done.append(task_id)
                 self.metrics.dispatched("skipped")
                 if self.config.keys.is_entry_key(key):
@@ -367,12 +404,14 @@ class Dispatcher:
                 if reasons[task_id] == "run-now":
                     logger.info("beat: Sending %s now, as asked (%s)", task_id, reasons[task_id])
                 else:
-                    logger.warning("beat: Re-sending slot %s (claimed, publish not confirmed)",
-                                   task_id)
+                    logger.warning(
+                        "beat: Re-sending slot %s (claimed, publish not confirmed)", task_id
+                    )
 
         sent = self.send(resend, None, path, wait, announce).done
-        self._count([(task_id, held_slot.due) for task_id, held_slot in held
-                     if task_id in reasons], sent)
+        self._count(
+            [(task_id, held_slot.due) for task_id, held_slot in held if task_id in reasons], sent
+        )
         done.extend(sent)
         return done, [(key, count, last.isoformat()) for key, (count, last) in late.items()]
 
@@ -384,9 +423,15 @@ class Dispatcher:
                 self.metrics.late_by(due)
         self.metrics.dispatched("held", len(slots) - len(handed))
 
-    def send(self, slots: list[Slot], lease: Lease | None, path: str, wait: float,
-             announce: Callable[[list[Slot]], None] | None = None,
-             drafts: Drafts | None = None) -> Sent:
+    def send(
+        self,
+        slots: list[Slot],
+        lease: Lease | None,
+        path: str,
+        wait: float,
+        announce: Callable[[list[Slot]], None] | None = None,
+        drafts: Drafts | None = None,
+    ) -> Sent:
         """Publish ``slots`` in order: PUBLISH_BATCH at a time on the batched path, one at
         a time otherwise, waiting for each unit at most ``wait`` seconds (and at most
         the publish timeout). The lease (when given) is renewed every third of its
@@ -412,20 +457,24 @@ class Dispatcher:
             if not remaining:
                 break
             if batched:  # a broker that was down is tried with one slot first
-                unit, batch = self._build(remaining[:1] if self.broker_down else remaining,
-                                          drafts)
+                unit, batch = self._build(remaining[:1] if self.broker_down else remaining, drafts)
             else:
                 unit, batch = remaining[:1], None
-            remaining = remaining[len(unit):]
+            remaining = remaining[len(unit) :]
             sent = self._try_send(unit, path, wait, announce, batch)
             done.extend(sent)
             if len(sent) < len(unit):
                 return Sent(done, True, False)
         return Sent(done, False, False)
 
-    def _try_send(self, unit: list[Slot], path: str, wait: float,
-                  announce: Callable[[list[Slot]], None] | None = None,
-                  batch: Batch | None = None) -> list[str]:
+    def _try_send(
+        self,
+        unit: list[Slot],
+        path: str,
+        wait: float,
+        announce: Callable[[list[Slot]], None] | None = None,
+        batch: Batch | None = None,
+    ) -> list[str]:
         """Publish ``unit`` on the publishing thread, waiting for it at most ``wait``
         seconds; returns the task ids done with. A broker that failed or has not
         answered by then leaves the rest pending: nothing is lost, and the tick keeps
@@ -442,8 +491,10 @@ class Dispatcher:
             return job.outcome
         self._stuck = job
         if not self.broker_down:  # once an outage: its first stuck send
-            logger.warning("beat: The broker has not answered for %.1fs; slots stay pending "
-                           "until it does", wait)
+            logger.warning(
+                "beat: The broker has not answered for %.1fs; slots stay pending until it does",
+                wait,
+            )
         return []
 
     def _waiting_on_broker(self) -> bool:
@@ -469,8 +520,9 @@ class Dispatcher:
         """The publishing thread's queue, starting the thread when it is not running."""
         if self._jobs is None or self._publisher is None or not self._publisher.is_alive():
             self._jobs = SimpleQueue()
-            self._publisher = threading.Thread(target=self._publishing, args=(self._jobs,),
-                                               name="redbeat-publish", daemon=True)
+            self._publisher = threading.Thread(
+                target=self._publishing, args=(self._jobs,), name="redbeat-publish", daemon=True
+            )
             self._publisher.start()
         return self._jobs
 
@@ -483,8 +535,7 @@ class Dispatcher:
             except BaseException:  # the thread must outlive any one send
                 logger.exception("beat: Publishing %s failed", [tid for _, tid in job.slots])
             try:
-                if (job.finish(outcome) and outcome
-                        and self.config.delivery == AT_LEAST_ONCE):
+                if job.finish(outcome) and outcome and self.config.delivery == AT_LEAST_ONCE:
                     self._sent_late.update(outcome)  # for a tick that read them as pending
                     self.store().confirm(outcome)  # and for whoever leads next
             except Exception:
@@ -506,10 +557,13 @@ class Dispatcher:
                 if self.verdict(exc) == DROP:
                     raise
                 if not self.broker_down:
-                    logger.error("beat: Broker unavailable (%s); %s", exc,
-                                 "slots stay pending and are sent when it answers"
-                                 if self.config.delivery == AT_LEAST_ONCE
-                                 else "at-most-once: runs due meanwhile are lost")
+                    logger.error(
+                        "beat: Broker unavailable (%s); %s",
+                        exc,
+                        "slots stay pending and are sent when it answers"
+                        if self.config.delivery == AT_LEAST_ONCE
+                        else "at-most-once: runs due meanwhile are lost",
+                    )
                 self.broker_down = True
                 self.drop_producer()
                 return []
@@ -556,8 +610,7 @@ class Dispatcher:
             done.append(task_id)
         return done
 
-    def _build(self, slots: list[Slot],
-               drafts: Drafts | None = None) -> tuple[list[Slot], Batch]:
+    def _build(self, slots: list[Slot], drafts: Drafts | None = None) -> tuple[list[Slot], Batch]:
         """The first slots' messages, built with Celery's message API
         (publish.py), up to PUBLISH_BATCH of them or PUBLISH_BYTES of payload; a slot that
         module cannot build exactly is left to Celery's own ``apply_async``. Built on the
@@ -577,15 +630,16 @@ class Dispatcher:
             size += len(message.payload)
             if size >= PUBLISH_BYTES:
                 break
-        return slots[:len(batch.ready) + len(batch.alone)], batch
+        return slots[: len(batch.ready) + len(batch.alone)], batch
 
     def _send_batch(self, batch: Batch) -> list[str]:
         """Write the built messages in one go, then send the others through Celery's
         ``send_slot``."""
         ready = batch.ready
         for entry, message in ready:
-            logger.info("Scheduler: Sending due task %s (%s) id=%s", entry.name, entry.task,
-                        message.task_id)
+            logger.info(
+                "Scheduler: Sending due task %s (%s) id=%s", entry.name, entry.task, message.task_id
+            )
         done: list[str] = []
         if ready:
             try:
@@ -641,14 +695,20 @@ class Dispatcher:
             return
         self.broker_down = True
         lost = self.config.delivery != AT_LEAST_ONCE
-        logger.error("beat: Publishing %s failed, the broker cannot take it now (%s: %s); %s",
-                     what, type(cause).__name__, cause,
-                     "at-most-once: this run is lost" if lost
-                     else "it stays pending and is re-sent when the broker accepts")
+        logger.error(
+            "beat: Publishing %s failed, the broker cannot take it now (%s: %s); %s",
+            what,
+            type(cause).__name__,
+            cause,
+            "at-most-once: this run is lost"
+            if lost
+            else "it stays pending and is re-sent when the broker accepts",
+        )
 
     def _refused(self, entry: RedBeatSchedulerEntry, task_id: str, cause: BaseException) -> None:
-        logger.error("beat: Slot %s of %s cannot be published (%r); dropped",
-                     task_id, entry.name, cause)
+        logger.error(
+            "beat: Slot %s of %s cannot be published (%r); dropped", task_id, entry.name, cause
+        )
         # recorded on the entry, so list/show/status do not count it as a run
         self.store().record_failure(entry.key, task_id, repr(cause), self.node_id())
         self.metrics.dispatched("failed")
