@@ -256,16 +256,42 @@ def test_a_bad_publish_timeout_stops_beat_at_start(redis_server, value, problem)
         RedBeatScheduler(make_app(redis_server.url, redbeat_publish_timeout=value))
 
 
-@pytest.mark.parametrize(("value", "timeout"), [(None, 3.0), ("0.5", 0.5), (7, 7.0)])
+@pytest.mark.parametrize(
+    ("value", "lease", "timeout"),
+    [
+        (None, 20, 3.0),
+        ("0.5", None, 0.5),
+        (7, 20, 7.0),
+        (None, None, 2.5),  # the default 5-s lease: a send lasts at most half of it
+        (3, 4, 2.0),
+    ],
+)
 def test_the_publish_timeout_reaches_the_dispatcher_and_the_broker_sockets(
-    redis_server, value, timeout
+    redis_server, value, lease, timeout
 ):
+    """At most half the lease: the lease lets a send start only while that much of it is
+    left, so a send that lasted longer could end after another node took the lease."""
     conf = {} if value is None else {"redbeat_publish_timeout": value}
+    if lease is not None:
+        conf["redbeat_lock_timeout"] = lease
     app = make_app(redis_server.url, broker_url=redis_server.url, **conf)
     scheduler = RedBeatScheduler(app)
     assert scheduler.dispatcher.publish_timeout == timeout
     options = scheduler.connection.transport_options
     assert options["socket_timeout"] == options["socket_connect_timeout"] == timeout
+
+
+def test_a_lease_changed_after_start_bounds_the_sends_from_then_on(redis_server):
+    """2.4.2 code may assign the lock timeout, or a redis-py lock of its own: the broker
+    connection is made again with the new bound."""
+    app = make_app(redis_server.url, broker_url=redis_server.url, redbeat_lock_timeout=20)
+    scheduler = RedBeatScheduler(app)
+    assert scheduler.connection.transport_options["socket_timeout"] == 3.0
+    scheduler.lock_timeout = 4
+    assert scheduler.connection.transport_options["socket_timeout"] == 2.0
+    scheduler.lock = redis_server.client().lock(scheduler.lock_key, timeout=5)
+    scheduler.tick()  # the tick adopts it
+    assert scheduler.connection.transport_options["socket_timeout"] == 2.5
 
 
 def mutable_class_state(cls: type) -> dict[str, object]:

@@ -172,8 +172,9 @@ class Dispatcher:
         self.make_producer = producer
         self.lease_allows = may_send
         self.monotonic = monotonic
-        #: ``redbeat_publish_timeout``: the socket timeouts of the connection to a Redis
-        #: broker, and the longest a tick waits for a send
+        #: ``redbeat_publish_timeout``, or less under a short lease (:meth:`bound_sends`):
+        #: the socket timeouts of the connection to a Redis broker, and the longest a
+        #: tick waits for a send
         self.publish_timeout: float = config.publish_timeout
         self.closed = False
         self.broker_down = False
@@ -238,6 +239,20 @@ class Dispatcher:
     @producer.setter
     def producer(self, value: Any) -> None:
         self._producer = value
+
+    def bound_sends(self, lease_timeout: float | None) -> None:
+        """Make a send last at most half of ``lease_timeout`` (None: no lease), and the
+        publish timeout. The lease lets a send start only while that much of it is left
+        (``Lease.may_send``): with the default 5-s lease, a send could start 2.4 s after
+        the last renewal, and with 3-s socket timeouts be taken by a slow broker at 5.4 s,
+        after another node could take the lease over and send the slot still pending.
+        A connection made under another bound is dropped, to be made with this one."""
+        bound = self.config.publish_timeout
+        if lease_timeout is not None:
+            bound = min(bound, lease_timeout / 2)
+        if bound != self.publish_timeout:
+            self.publish_timeout = bound
+            self.drop_producer()
 
     def drop_producer(self, release: bool = True) -> None:
         """Forget the broker connection (after a failure: a failed publish can leave

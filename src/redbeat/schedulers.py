@@ -178,12 +178,14 @@ class RedBeatScheduler(Scheduler):
         token = self.lock.token if self.lock is not None else None
         if not self.config.lock_key:
             self.lock = None
+            self.dispatcher.bound_sends(None)
             return
         timeout = self.config.lease_timeout()
         self.lock = Lease(
             self.store, self.config.lock_key, timeout, token, sleep=self.poll_interval
         )
         self.node_id = self.lock.token
+        self.dispatcher.bound_sends(timeout)
 
     @property
     def lock_key(self) -> str | None:
@@ -219,6 +221,7 @@ class RedBeatScheduler(Scheduler):
             # a redis-py Lock put here by code written for 2.4.2 (its beat_init handler
             # copied): carry on under its key and token
             self.lock = Lease.adopt(self.store, self.lock, self.lock_timeout)
+            self.dispatcher.bound_sends(self.lock.timeout)
         if self.lock is not None:
             self.lock.store = self.store  # the client in force (the app may replace it)
         return self.lock
