@@ -137,7 +137,8 @@ class RedBeatScheduler(Scheduler):
         self.clock = clock
         #: This host's clock corrected to Redis's (fleet_clock.py); by default only when
         #: the clock is the host's own, so a test that drives ``clock`` keeps its time
-        self.fleet_clock = FleetClock(clock is time.time if fleet_clock is None else fleet_clock)
+        self.fleet_clock = FleetClock(clock is time.time if fleet_clock is None
+                                      else fleet_clock)
         #: Elapsed time for the lease and the broker (both injectable: tests drive them)
         self.monotonic = monotonic
         self.node_id = node_name()
@@ -157,16 +158,11 @@ class RedBeatScheduler(Scheduler):
         self._evicted_keys: int | None = None
         self.metrics = metrics.recorder_for(app, self.config)
         self.dispatcher = Dispatcher(
-            app,
-            self.config,
-            self.metrics,
-            store=lambda: self.store,
-            node_id=lambda: self.node_id,
-            send_one=lambda entry, task_id: self.send_slot(entry, task_id),
-            producer=lambda connection: self.Producer(connection, auto_declare=False),
-            may_send=self._may_send,
-            monotonic=monotonic,
-        )
+            app, self.config, self.metrics, store=lambda: self.store,
+            node_id=lambda: self.node_id, send_one=lambda entry, task_id: self.send_slot(
+                entry, task_id), producer=lambda connection: self.Producer(
+                connection, auto_declare=False), may_send=self._may_send,
+            monotonic=monotonic)
         super().__init__(app, **kwargs)
         self._new_lease()
 
@@ -181,9 +177,8 @@ class RedBeatScheduler(Scheduler):
             self.dispatcher.bound_sends(None)
             return
         timeout = self.config.lease_timeout()
-        self.lock = Lease(
-            self.store, self.config.lock_key, timeout, token, sleep=self.poll_interval
-        )
+        self.lock = Lease(self.store, self.config.lock_key, timeout, token,
+                          sleep=self.poll_interval)
         self.node_id = self.lock.token
         self.dispatcher.bound_sends(timeout)
 
@@ -213,10 +208,8 @@ class RedBeatScheduler(Scheduler):
         if self.config.lock_key and self.lock is None:
             # A lock key with no lease (2.4.2 code sets ``lock = None`` when it could not
             # take the lock): leading unfenced could double-send, so refuse.
-            raise AttributeError(
-                f"scheduler.lock is None while lock_key {self.config.lock_key!r} "
-                "is set; assign a lock key again to rebuild the lease"
-            )
+            raise AttributeError(f"scheduler.lock is None while lock_key {self.config.lock_key!r} "
+                                 "is set; assign a lock key again to rebuild the lease")
         if self.lock is not None and not isinstance(self.lock, Lease):
             # a redis-py Lock put here by code written for 2.4.2 (its beat_init handler
             # copied): carry on under its key and token
@@ -240,16 +233,14 @@ class RedBeatScheduler(Scheduler):
             self._check_server()
         except redis.exceptions.RedisError as exc:
             if not is_auth_error(exc):  # a refused password is logged as such, by the outage
-                logger.error(
-                    "beat: Redis at %s unreachable at start (%s); will keep trying",
-                    redact(self.config.redis_url),
-                    redact(str(exc)),
-                )
+                logger.error("beat: Redis at %s unreachable at start (%s); will keep trying",
+                             redact(self.config.redis_url), redact(str(exc)))
             self.store.retry.outage.failed(exc, quiet=not is_auth_error(exc))
             self._redis_down = True  # checked, and "Redis is back" logged, when it answers
             return
         try:
-            self.sync_statics(datetime.fromtimestamp(self.now_ts(), tz=timezone.utc), starting=True)
+            self.sync_statics(datetime.fromtimestamp(self.now_ts(), tz=timezone.utc),
+                              starting=True)
         except redis.exceptions.RedisError as exc:  # said once, as a tick would say it
             self._redis_unavailable(exc)
 
@@ -263,10 +254,8 @@ class RedBeatScheduler(Scheduler):
         self._evicting_policy = policy if policy in EVICTING_POLICIES else None
         if not self._evicting_policy:
             return
-        message = (
-            f"Redis maxmemory-policy is {policy}: under memory pressure Redis will "
-            "silently delete schedule entries; use noeviction or a volatile-* policy"
-        )
+        message = (f"Redis maxmemory-policy is {policy}: under memory pressure Redis will "
+                   "silently delete schedule entries; use noeviction or a volatile-* policy")
         if self.config.refuse_evicting_redis:
             raise SystemExit(f"beat: {message} (refused by redbeat_refuse_evicting_redis)")
         logger.warning("beat: %s", message)
@@ -274,9 +263,8 @@ class RedBeatScheduler(Scheduler):
     def static_entries(self) -> dict[str, RedBeatSchedulerEntry]:
         """``beat_schedule`` plus Celery's default entries, as entries; a malformed one is
         logged and skipped so it cannot stop beat."""
-        return statics.built(
-            statics.configured(self.app, self.config), self._maybe_entry, "static entry"
-        )
+        return statics.built(statics.configured(self.app, self.config), self._maybe_entry,
+                             "static entry")
 
     def install_default_entries(self, data: Any) -> None:
         """Celery's defaults join the statics the leader syncs (``static_entries``)
@@ -287,7 +275,8 @@ class RedBeatScheduler(Scheduler):
         (celery-redbeat 2.4.2's method, for code that calls it)."""
         for name, entry in statics.built(dict_, self._maybe_entry, "entry").items():
             try:
-                stored = self.Entry.from_key(self.Entry.generate_key(self.app, name), app=self.app)
+                stored = self.Entry.from_key(self.Entry.generate_key(self.app, name),
+                                             app=self.app)
             except (KeyError, InvalidEntry):
                 pass
             else:
@@ -308,14 +297,8 @@ class RedBeatScheduler(Scheduler):
             statics.sync_through(self.store, specs, key_of, self.update_from_dict)
             return
         self._statics = statics.prepared(self._statics, specs, self.static_entries)
-        statics.sync(
-            self.store,
-            self._statics,
-            key_of,
-            None if starting else self._lease(),
-            now,
-            fresh=starting,
-        )
+        statics.sync(self.store, self._statics, key_of, None if starting else self._lease(),
+                     now, fresh=starting)
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -365,14 +348,9 @@ class RedBeatScheduler(Scheduler):
             lease.renewed(began)
         sent = self.clock()
         now_ts = self.fleet_clock.now(sent)
-        fetch = self.store.fetch(
-            now_ts,
-            lease,
-            self.config.batch_size,
-            self.node_id,
-            read_clock=self.fleet_clock.wanted(sent, began),
-            read_evictions=self._evicting_policy is not None,
-        )
+        fetch = self.store.fetch(now_ts, lease, self.config.batch_size, self.node_id,
+                                 read_clock=self.fleet_clock.wanted(sent, began),
+                                 read_evictions=self._evicting_policy is not None)
         first = not self.fleet_clock.measured
         self._watch_writes(fetch)
         skew = self.fleet_clock.observe(sent, self.clock(), fetch.server_time, began)
@@ -388,12 +366,9 @@ class RedBeatScheduler(Scheduler):
         lead as soon as it can) and once when it accepts them again; say each time a
         leader's tick finds keys evicted under an allkeys-* policy."""
         if fetch.refused and self._refused is None:
-            logger.error(
-                "beat: Redis refuses this node's writes (%s): no heartbeat is "
-                "written and a free lock cannot be taken until it accepts them; "
-                "standing by",
-                fetch.refused,
-            )
+            logger.error("beat: Redis refuses this node's writes (%s): no heartbeat is "
+                         "written and a free lock cannot be taken until it accepts them; "
+                         "standing by", fetch.refused)
         elif self._refused and not fetch.refused:
             logger.info("beat: Redis accepts writes again")
         self._refused = fetch.refused
@@ -401,13 +376,10 @@ class RedBeatScheduler(Scheduler):
             return  # not read: the count of the last leading tick stays the baseline
         evicted, self._evicted_keys = self._evicted_keys, fetch.evicted_keys
         if self._evicting_policy and evicted is not None and fetch.evicted_keys > evicted:
-            logger.error(
-                "beat: Redis evicted %d keys since the last tick "
-                "(maxmemory-policy %s): entries of the schedule, or the schedule "
-                "itself, may have been deleted; use noeviction",
-                fetch.evicted_keys - evicted,
-                self._evicting_policy,
-            )
+            logger.error("beat: Redis evicted %d keys since the last tick "
+                         "(maxmemory-policy %s): entries of the schedule, or the schedule "
+                         "itself, may have been deleted; use noeviction",
+                         fetch.evicted_keys - evicted, self._evicting_policy)
 
     def _tick(self) -> float:
         lease = self._lease()
@@ -422,23 +394,15 @@ class RedBeatScheduler(Scheduler):
             if fetch.status == "acquired":
                 return 0.0
         path = self._path  # once a tick: compat walks the classes for every hook
-        confirmed, misfires = self.dispatcher.resend_held(
-            fetch, now, self.Entry, path, self.poll_interval / 2
-        )
+        confirmed, misfires = self.dispatcher.resend_held(fetch, now, self.Entry, path,
+                                                          self.poll_interval / 2)
         if path == INLINE:  # the per-entry path
             self.store.confirm(confirmed, misfires)
             return self._tick_per_entry(fetch, lease, now)
         return self._tick_batched(fetch, lease, now_ts, path, confirmed, misfires)
 
-    def _tick_batched(
-        self,
-        fetch: Fetch,
-        lease: Lease | None,
-        now_ts: float,
-        path: str,
-        confirmed: list[str],
-        misfires: list[Misfire],
-    ) -> float:
+    def _tick_batched(self, fetch: Fetch, lease: Lease | None, now_ts: float, path: str,
+                      confirmed: list[str], misfires: list[Misfire]) -> float:
         """A leader's pass over what ``fetch`` read: plan, commit, send, then confirm
         those sent with the held slots done with (``confirmed``, ``misfires``)."""
         now = datetime.fromtimestamp(now_ts, tz=timezone.utc)
@@ -458,8 +422,7 @@ class RedBeatScheduler(Scheduler):
         committed_at = self.monotonic()  # the lease counts from the asking, not the reply
         if plan.ops:  # the claims' messages are drafted while commit.lua runs
             skipped, drafts = self.dispatcher.draft_during(
-                lambda: self.store.commit(plan.ops, lease, policy.node, now_ts), claims, path
-            )
+                lambda: self.store.commit(plan.ops, lease, policy.node, now_ts), claims, path)
             if skipped:
                 # edited between the read and the commit: nothing was recorded, so
                 # nothing is sent; the next tick (at once, below) reads the new version
@@ -505,9 +468,8 @@ class RedBeatScheduler(Scheduler):
             try:
                 # from what the fetch read (no round trip per entry); decode builds a
                 # subclass through its own constructor, as from_key does
-                entry = self.Entry.decode(
-                    self.app, row.key, row.definition, row.meta, policy=row.policy
-                )
+                entry = self.Entry.decode(self.app, row.key, row.definition, row.meta,
+                                          policy=row.policy)
             except InvalidEntry as exc:
                 self._quarantine(row, exc.reason, lease, now)
                 continue
@@ -524,12 +486,8 @@ class RedBeatScheduler(Scheduler):
     def _quarantine(self, row: Row, reason: str, lease: Lease | None, now: datetime) -> None:
         logger.error("beat: Quarantined %s: %s", printable(row.key), printable(reason))
         record = quarantine_reason(reason, now, self.node_id)
-        self.store.commit(
-            [Op("quarantine", row.key, row.fingerprint, PARKED_SCORE, ((QUARANTINE, record),))],
-            lease,
-            self.node_id,
-            now.timestamp(),
-        )
+        self.store.commit([Op("quarantine", row.key, row.fingerprint, PARKED_SCORE,
+                              ((QUARANTINE, record),))], lease, self.node_id, now.timestamp())
 
     def maybe_due(self, entry: RedBeatSchedulerEntry, **kwargs: Any) -> float | None:
         """Send ``entry`` if its ``is_due`` says so; returns the seconds until it is due
@@ -567,8 +525,7 @@ class RedBeatScheduler(Scheduler):
         # a node killed without closing leaves its heartbeat behind: forgotten once it is
         # older than any live node's can be
         self._sweep_offset, dropped = self.store.sweep_parked(
-            self._sweep_offset, SWEEP_PAGE, now_ts - max(SWEEP_EVERY, 10 * self.lock_timeout)
-        )
+            self._sweep_offset, SWEEP_PAGE, now_ts - max(SWEEP_EVERY, 10 * self.lock_timeout))
         self._sweep_at = now_ts + SWEEP_EVERY
         if dropped:
             logger.info("beat: Dropped %d expired finished entries from the schedule", dropped)
@@ -587,18 +544,12 @@ class RedBeatScheduler(Scheduler):
         elif not holder:
             pass  # free, and Redis refused this node's SET: said by _watch_writes
         elif holder != self._standby_holder and fetch.holder_ttl_ms == NO_EXPIRY:
-            logger.error(
-                "beat: Standing by; %s holds the %s %s",
-                Holder.parse(holder),
-                self.lock_key,
-                expiry_words(NO_EXPIRY),
-            )
+            logger.error("beat: Standing by; %s holds the %s %s", Holder.parse(holder),
+                         self.lock_key,
+                         expiry_words(NO_EXPIRY))
         elif holder != self._standby_holder:
-            logger.info(
-                "beat: Standing by; %s leads (lock expires in %s)",
-                Holder.parse(holder),
-                humanize_seconds((fetch.holder_ttl_ms or 0) / 1000),
-            )
+            logger.info("beat: Standing by; %s leads (lock expires in %s)",
+                        Holder.parse(holder), humanize_seconds((fetch.holder_ttl_ms or 0) / 1000))
         self._standby_holder = holder
         return self.poll_interval
 
@@ -615,16 +566,13 @@ class RedBeatScheduler(Scheduler):
             misplaced = self.store.misplaced_types(exc)
             unsupported = unsupported_lua(exc)
             if misplaced:
-                logger.error(
-                    "beat: %s; nothing is sent until it is deleted (another client wrote it)",
-                    misplaced,
-                )
+                logger.error("beat: %s; nothing is sent until it is deleted (another client "
+                             "wrote it)", misplaced)
             elif unsupported:
                 logger.error("beat: %s; nothing is sent", unsupported)
             else:
-                logger.error(
-                    "beat: Redis unavailable (%s); standing by until it returns", redact(str(exc))
-                )
+                logger.error("beat: Redis unavailable (%s); standing by until it returns",
+                             redact(str(exc)))
         # counted in the outage, which logs it again at growing intervals (and a refused
         # password as the configuration error it is), never once per tick
         self.store.retry.outage.failed(exc, quiet=not is_auth_error(exc))
@@ -701,10 +649,8 @@ class RedBeatScheduler(Scheduler):
     def info(self) -> str:
         lines = [f"       . redis -> {redact(self.config.redis_url)}"]
         if self.lock_key:
-            lines.append(
-                f"       . lock -> `{self.lock_key}` "
-                f"{humanize_seconds(self.lock_timeout)} ({self.lock_timeout}s)"
-            )
+            lines.append(f"       . lock -> `{self.lock_key}` "
+                         f"{humanize_seconds(self.lock_timeout)} ({self.lock_timeout}s)")
         return "\n".join(lines)
 
 
@@ -737,38 +683,11 @@ def acquire_distributed_beat_lock(sender: Any = None, **kwargs: Any) -> None:
 
 #: Also importable from here as from 2.4.2's module, which imported them (public code
 #: imports ``RedBeatJSONEncoder``, ``get_logger``, ``DEFAULT_MAX_INTERVAL`` from here).
-__all__ = [
-    "ADD_ENTRY_ERROR",
-    "DEFAULT_MAX_INTERVAL",
-    "LUA_EXTEND_TO_SCRIPT",
-    "MINYEAR",
-    "REDBEAT_INTERNAL_OPTIONS",
-    "REDBEAT_REDIS_KEY",
-    "REDBEAT_SENTINEL_KEY",
-    "MasterNotFoundError",
-    "RedBeatConfig",
-    "RedBeatJSONDecoder",
-    "RedBeatJSONEncoder",
-    "RedBeatScheduler",
-    "RedBeatSchedulerEntry",
-    "Redis",
-    "RetryingConnection",
-    "ScheduleEntry",
-    "Sentinel",
-    "acquire_distributed_beat_lock",
-    "app_or_default",
-    "beat_init",
-    "ensure_conf",
-    "get_logger",
-    "get_redis",
-    "json",
-    "logger",
-    "maybe_sanitize_url",
-    "retry",
-    "retry_if_exception_type",
-    "ssl",
-    "stop_after_delay",
-    "to_timestamp",
-    "wait_exponential",
-    "warnings",
-]
+__all__ = ["ADD_ENTRY_ERROR", "DEFAULT_MAX_INTERVAL", "LUA_EXTEND_TO_SCRIPT", "MINYEAR",
+           "REDBEAT_INTERNAL_OPTIONS", "REDBEAT_REDIS_KEY", "REDBEAT_SENTINEL_KEY",
+           "MasterNotFoundError", "RedBeatConfig", "RedBeatJSONDecoder", "RedBeatJSONEncoder",
+           "RedBeatScheduler", "RedBeatSchedulerEntry", "Redis", "RetryingConnection",
+           "ScheduleEntry", "Sentinel", "acquire_distributed_beat_lock", "app_or_default",
+           "beat_init", "ensure_conf", "get_logger", "get_redis", "json", "logger",
+           "maybe_sanitize_url", "retry", "retry_if_exception_type", "ssl", "stop_after_delay",
+           "to_timestamp", "wait_exponential", "warnings"]
