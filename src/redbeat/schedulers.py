@@ -172,15 +172,12 @@ class RedBeatScheduler(Scheduler):
         """Rebuild ``lock`` after the key or timeout changed, keeping this node's token
         (a scheduler holding the lease must still recognise its own)."""
         token = self.lock.token if self.lock is not None else None
-        if not self.config.lock_key:
-            self.lock = None
-            self.dispatcher.bound_sends(None)
-            return
-        timeout = self.config.lease_timeout()
-        self.lock = Lease(self.store, self.config.lock_key, timeout, token,
-                          sleep=self.poll_interval)
-        self.node_id = self.lock.token
-        self.dispatcher.bound_sends(timeout)
+        self.lock = None
+        if self.config.lock_key:
+            self.lock = Lease(self.store, self.config.lock_key, self.config.lease_timeout(),
+                              token, sleep=self.poll_interval)
+            self.node_id = self.lock.token
+        self.dispatcher.bound_sends(self.lock.timeout if self.lock is not None else None)
 
     @property
     def lock_key(self) -> str | None:
