@@ -17,11 +17,15 @@ from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry, publish
 from support.redis_server import RedisServer
 
-QUEUES = [Queue("celery", Exchange("celery"), routing_key="celery"),
-          Queue("mail", Exchange("mail"), routing_key="mail"),
-          Queue("reports", Exchange("topics", type="topic"), routing_key="reports.#")]
-ROUTES = {"tasks.routed": {"queue": "mail"},
-          "tasks.topic": {"queue": "reports", "routing_key": "reports.daily"}}
+QUEUES = [
+    Queue("celery", Exchange("celery"), routing_key="celery"),
+    Queue("mail", Exchange("mail"), routing_key="mail"),
+    Queue("reports", Exchange("topics", type="topic"), routing_key="reports.#"),
+]
+ROUTES = {
+    "tasks.routed": {"queue": "mail"},
+    "tasks.topic": {"queue": "reports", "routing_key": "reports.daily"},
+}
 
 CASES = {
     "plain": ("tasks.plain", {}),
@@ -30,8 +34,10 @@ CASES = {
     "task_routes to a topic exchange": ("tasks.topic", {}),
     "expires seconds": ("tasks.plain", {"expires": 60}),
     "countdown": ("tasks.plain", {"countdown": 30}),
-    "headers and limits": ("tasks.plain", {"headers": {"tenant": "a"}, "time_limit": 9,
-                                           "soft_time_limit": 5, "ignore_result": True}),
+    "headers and limits": (
+        "tasks.plain",
+        {"headers": {"tenant": "a"}, "time_limit": 9, "soft_time_limit": 5, "ignore_result": True},
+    ),
     "registered task": ("tests.registered", {}),
 }
 
@@ -44,9 +50,14 @@ def broker():
 
 @pytest.fixture
 def scheduler(redis_server, broker):
-    app = make_app(redis_server.url, broker_url=broker.url, task_queues=QUEUES,
-                   task_routes=ROUTES, task_default_queue="celery",
-                   task_queue_max_priority=9)
+    app = make_app(
+        redis_server.url,
+        broker_url=broker.url,
+        task_queues=QUEUES,
+        task_routes=ROUTES,
+        task_default_queue="celery",
+        task_queue_max_priority=9,
+    )
 
     @app.task(name="tests.registered", queue="reports", priority=3)
     def registered(x, y=0):
@@ -57,8 +68,11 @@ def scheduler(redis_server, broker):
 
 def written(client) -> dict[str, list[dict]]:
     """Every message in the broker, by list key, the newest first."""
-    return {key: [json.loads(raw) for raw in client.lrange(key, 0, -1)]
-            for key in client.keys("*") if client.type(key) == "list"}
+    return {
+        key: [json.loads(raw) for raw in client.lrange(key, 0, -1)]
+        for key in client.keys("*")
+        if client.type(key) == "list"
+    }
 
 
 def comparable(message: dict) -> dict:
@@ -66,8 +80,7 @@ def comparable(message: dict) -> dict:
     message = json.loads(json.dumps(message))
     message["properties"].pop("delivery_tag")
     if "expiration" in message["properties"]:  # milliseconds: to the second
-        message["properties"]["expiration"] = round(int(message["properties"]["expiration"])
-                                                    / 1000)
+        message["properties"]["expiration"] = round(int(message["properties"]["expiration"]) / 1000)
     for name in ("eta", "expires"):
         if message["headers"].get(name):
             message["headers"][name] = message["headers"][name][:16]  # to the minute
@@ -78,8 +91,9 @@ def comparable(message: dict) -> dict:
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_batched_message_is_celerys_message(scheduler, broker, case):
     task, options = CASES[case]
-    entry = RedBeatSchedulerEntry("e", task, 60, args=[1], kwargs={"y": 2}, options=options,
-                                  app=scheduler.app)
+    entry = RedBeatSchedulerEntry(
+        "e", task, 60, args=[1], kwargs={"y": 2}, options=options, app=scheduler.app
+    )
     client = broker.client()
     scheduler.send_slot(entry, "e:1")
     celerys = written(client)
@@ -93,8 +107,9 @@ def test_the_batched_message_is_celerys_message(scheduler, broker, case):
 
 
 def test_priority_goes_to_kombus_priority_sub_queue(scheduler, broker):
-    entry = RedBeatSchedulerEntry("e", "tasks.plain", 60, options={"priority": 7},
-                                  app=scheduler.app)
+    entry = RedBeatSchedulerEntry(
+        "e", "tasks.plain", 60, options={"priority": 7}, app=scheduler.app
+    )
     message = publish.Builder(scheduler.app).prepare(entry, "e:1")
     publish.write_redis(scheduler.producer.channel, [message])
     assert broker.client().llen("celery\x06\x166") == 1  # kombu's steps: 0, 3, 6, 9
@@ -112,21 +127,28 @@ def test_signals_fire_before_and_after_the_write(scheduler):
     before_task_publish.connect(before, weak=False)
     after_task_publish.connect(after, weak=False)
     try:
-        entries = [RedBeatSchedulerEntry(f"e{i}", "tasks.plain", 60, app=scheduler.app)
-                   for i in range(2)]
+        entries = [
+            RedBeatSchedulerEntry(f"e{i}", "tasks.plain", 60, app=scheduler.app) for i in range(2)
+        ]
         slots, batch = scheduler.dispatcher._build(
-            [(entry, f"{entry.name}:1") for entry in entries])
+            [(entry, f"{entry.name}:1") for entry in entries]
+        )
         sent = scheduler.dispatcher._send_slots(slots, batch)
     finally:
         before_task_publish.disconnect(before)
         after_task_publish.disconnect(after)
     assert sent == ["e0:1", "e1:1"]
-    assert seen == [("before", "tasks.plain", "e0:1"), ("before", "tasks.plain", "e1:1"),
-                    ("after", "tasks.plain", "e0:1"), ("after", "tasks.plain", "e1:1")]
+    assert seen == [
+        ("before", "tasks.plain", "e0:1"),
+        ("before", "tasks.plain", "e1:1"),
+        ("after", "tasks.plain", "e0:1"),
+        ("after", "tasks.plain", "e1:1"),
+    ]
 
 
-@pytest.mark.parametrize("options", [{"link": None, "retry_policy": {"max_retries": 1}},
-                                     {"queue": "bcast"}])
+@pytest.mark.parametrize(
+    "options", [{"link": None, "retry_policy": {"max_retries": 1}}, {"queue": "bcast"}]
+)
 def test_what_it_does_not_reproduce_is_left_to_celery(scheduler, options):
     scheduler.app.conf.task_queues = [*QUEUES]
     entry = RedBeatSchedulerEntry("e", "tasks.plain", 60, options=options, app=scheduler.app)
@@ -140,9 +162,10 @@ def test_what_it_does_not_reproduce_is_left_to_celery(scheduler, options):
 
 def test_a_message_redis_refuses_is_dropped_and_the_others_are_written(scheduler, broker):
     client = broker.client()
-    entries = [RedBeatSchedulerEntry("a", "tasks.plain", 60, app=scheduler.app),
-               RedBeatSchedulerEntry("b", "tasks.plain", 60, options={"queue": "mail"},
-                                     app=scheduler.app)]
+    entries = [
+        RedBeatSchedulerEntry("a", "tasks.plain", 60, app=scheduler.app),
+        RedBeatSchedulerEntry("b", "tasks.plain", 60, options={"queue": "mail"}, app=scheduler.app),
+    ]
     builder = publish.Builder(scheduler.app)
     messages = [builder.prepare(entry, f"{entry.name}:1") for entry in entries]
     publish.declare(scheduler.producer.channel, messages)
@@ -154,14 +177,19 @@ def test_a_message_redis_refuses_is_dropped_and_the_others_are_written(scheduler
 
 def test_expires_as_a_datetime_becomes_the_message_ttl(scheduler):
     expires = datetime.now(timezone.utc) + timedelta(seconds=90)
-    entry = RedBeatSchedulerEntry("e", "tasks.plain", 60, options={"expires": expires},
-                                  app=scheduler.app)
+    entry = RedBeatSchedulerEntry(
+        "e", "tasks.plain", 60, options={"expires": expires}, app=scheduler.app
+    )
     message = publish.Builder(scheduler.app).prepare(entry, "e:1")
     assert 88_000 <= int(message.properties["expiration"]) <= 90_000
 
 
-REPR_CASES = [([], {}), ([1, "it's", None], {"y": 2.5}), ((1, 2), {"d": {"n": [True]}}),
-              (["x" * 3000], {"deep": [[[[1]]]]})]
+REPR_CASES = [
+    ([], {}),
+    ([1, "it's", None], {"y": 2.5}),
+    ((1, 2), {"d": {"n": [True]}}),
+    (["x" * 3000], {"deep": [[[[1]]]]}),
+]
 
 
 @pytest.mark.parametrize(("args", "kwargs"), REPR_CASES)
@@ -170,21 +198,21 @@ def test_kept_reprs_are_celerys_and_follow_an_edit(args, kwargs):
     from celery.utils.saferepr import saferepr
 
     app = make_app("redis://unused")
-    limits = (app.amqp.argsrepr_maxsize, app.amqp.kwargsrepr_maxsize,
-              app.conf.task_repr_maxlevels)
+    limits = (app.amqp.argsrepr_maxsize, app.amqp.kwargsrepr_maxsize, app.conf.task_repr_maxlevels)
 
     def celerys(entry):  # what as_task_v2 computes for the evaluated arguments
         a, k = list(entry.args or []), dict(entry.kwargs or {})
-        return (saferepr(a or (), limits[0], maxlevels=limits[2]),
-                saferepr(k, limits[1], maxlevels=limits[2]))
+        return (
+            saferepr(a or (), limits[0], maxlevels=limits[2]),
+            saferepr(k, limits[1], maxlevels=limits[2]),
+        )
 
     reprs = publish.Reprs()
     entry = RedBeatSchedulerEntry("e", "tasks.plain", 60, args=args, kwargs=kwargs, app=app)
 
     def ours():
         a = [v() if isinstance(v, BeatLazyFunc) else v for v in entry.args or []]
-        k = {n: v() if isinstance(v, BeatLazyFunc) else v
-             for n, v in (entry.kwargs or {}).items()}
+        k = {n: v() if isinstance(v, BeatLazyFunc) else v for n, v in (entry.kwargs or {}).items()}
         return reprs.get(entry, a, k, limits)
 
     assert ours() == ours() == celerys(entry)
@@ -196,15 +224,18 @@ def test_kept_reprs_are_celerys_and_follow_an_edit(args, kwargs):
     calls = iter(range(10))
     entry.args[0] = BeatLazyFunc(lambda: f"lazy{next(calls)}")
     for n in range(2):  # evaluated again each time, never kept
-        assert ours()[0] == saferepr([f"lazy{n}", *entry.args[1:]], limits[0],
-                                     maxlevels=limits[2])
+        assert ours()[0] == saferepr([f"lazy{n}", *entry.args[1:]], limits[0], maxlevels=limits[2])
 
 
 def test_a_batch_leaves_each_list_as_celerys_publishes_one_by_one(scheduler, broker):
     client = broker.client()
     options = [{}, {}, {"queue": "mail"}, {}, {"priority": 7}, {"priority": 7}, {}]
-    entries = [RedBeatSchedulerEntry(f"e{i}", "tasks.plain", 60, args=[i], options=option,
-                                     app=scheduler.app) for i, option in enumerate(options)]
+    entries = [
+        RedBeatSchedulerEntry(
+            f"e{i}", "tasks.plain", 60, args=[i], options=option, app=scheduler.app
+        )
+        for i, option in enumerate(options)
+    ]
     for entry in entries:
         scheduler.send_slot(entry, f"{entry.name}:1")
     celerys = written(client)
@@ -219,9 +250,10 @@ def test_a_batch_leaves_each_list_as_celerys_publishes_one_by_one(scheduler, bro
 
 
 def test_a_refused_push_refuses_every_message_it_carried(scheduler, broker):
-    entries = [RedBeatSchedulerEntry(f"e{i}", "tasks.plain", 60, options=option,
-                                     app=scheduler.app)
-               for i, option in enumerate([{"queue": "mail"}, {"queue": "mail"}, {}])]
+    entries = [
+        RedBeatSchedulerEntry(f"e{i}", "tasks.plain", 60, options=option, app=scheduler.app)
+        for i, option in enumerate([{"queue": "mail"}, {"queue": "mail"}, {}])
+    ]
     builder = publish.Builder(scheduler.app)
     messages = [builder.prepare(entry, f"{entry.name}:1") for entry in entries]
     publish.declare(scheduler.producer.channel, messages)
@@ -231,12 +263,13 @@ def test_a_refused_push_refuses_every_message_it_carried(scheduler, broker):
     assert refusals[2] is None and broker.client().llen("celery") == 1
 
 
-def test_a_slot_the_batch_cannot_build_is_sent_by_celery_alongside_the_batch(scheduler,
-                                                                             broker):
-    entries = [RedBeatSchedulerEntry("a", "tasks.plain", 60, app=scheduler.app),
-               RedBeatSchedulerEntry("b", "tasks.plain", 60,
-                                     options={"retry_policy": {"max_retries": 1}},
-                                     app=scheduler.app)]
+def test_a_slot_the_batch_cannot_build_is_sent_by_celery_alongside_the_batch(scheduler, broker):
+    entries = [
+        RedBeatSchedulerEntry("a", "tasks.plain", 60, app=scheduler.app),
+        RedBeatSchedulerEntry(
+            "b", "tasks.plain", 60, options={"retry_policy": {"max_retries": 1}}, app=scheduler.app
+        ),
+    ]
     slots, batch = scheduler.dispatcher._build([(entry, f"{entry.name}:1") for entry in entries])
     assert [entry.name for entry, _ in batch.ready] == ["a"]
     assert [entry.name for entry, _ in batch.alone] == ["b"]
@@ -248,7 +281,8 @@ def test_a_slot_the_batch_cannot_build_is_sent_by_celery_alongside_the_batch(sch
 @pytest.mark.parametrize("listening", [True, False])
 @pytest.mark.parametrize("meanwhile", ["lock taken", "entry edited"])
 def test_messages_made_during_the_commit_go_out_only_once_it_recorded_them(
-        scheduler, broker, meanwhile, listening):
+    scheduler, broker, meanwhile, listening
+):
     """The claims' messages are made while Redis runs the commit (only drafted when a
     receiver listens to ``before_task_publish``): a claim the commit refuses (the lock
     changed hands, or its entry was edited since the read) gets no signal and no
@@ -264,8 +298,9 @@ def test_messages_made_during_the_commit_go_out_only_once_it_recorded_them(
         if meanwhile == "lock taken":
             store.client.set(app.redbeat_conf.lock_key, "other:1:x")
         else:
-            RedBeatSchedulerEntry("b", "tasks.plain", 3600.0, args=["edited"], app=app,
-                                  last_run_at=ran).save()
+            RedBeatSchedulerEntry(
+                "b", "tasks.plain", 3600.0, args=["edited"], app=app, last_run_at=ran
+            ).save()
         return real_commit(*args, **kwargs)
 
     announced = []
@@ -282,8 +317,10 @@ def test_messages_made_during_the_commit_go_out_only_once_it_recorded_them(
     finally:
         del store.commit
         before_task_publish.disconnect(before)
-    ids = sorted(json.loads(raw)["headers"]["id"].split(":")[0]
-                 for raw in broker.client().lrange("celery", 0, -1))
+    ids = sorted(
+        json.loads(raw)["headers"]["id"].split(":")[0]
+        for raw in broker.client().lrange("celery", 0, -1)
+    )
     expected = [] if meanwhile == "lock taken" else ["a"]
     assert (ids, scheduler.leading) == (expected, meanwhile != "lock taken")
     assert announced == (expected if listening else [])
@@ -306,8 +343,9 @@ def test_a_template_makes_the_message_the_builder_makes(scheduler, case):
     that task id (the tag apart); where the message carries times (countdown, expires),
     no template stands for it."""
     task, options = CASES[case]
-    entry = RedBeatSchedulerEntry("e", task, 60, args=[1], kwargs={"y": "e:1"},
-                                  options=options, app=scheduler.app)
+    entry = RedBeatSchedulerEntry(
+        "e", task, 60, args=[1], kwargs={"y": "e:1"}, options=options, app=scheduler.app
+    )
     channel = scheduler.producer.channel
     templates = publish.Templates()
     timed = "countdown" in options or "expires" in options
@@ -320,8 +358,11 @@ def test_a_template_makes_the_message_the_builder_makes(scheduler, case):
             assert comparable(json.loads(ours.wire[0])) == comparable(json.loads(built.wire[0]))
         else:
             assert ours.wire[0] == built.wire[0]
-        assert (ours.task_id, ours.headers["id"], ours.properties["correlation_id"]) == \
-            (task_id, task_id, task_id)
+        assert (ours.task_id, ours.headers["id"], ours.properties["correlation_id"]) == (
+            task_id,
+            task_id,
+            task_id,
+        )
         assert json.loads(ours.wire[0])["properties"]["delivery_tag"] == "a-tag"
         assert ours.wire[1] == built.wire[1]
     assert (templates.known["e"].pieces is None) == timed
@@ -344,8 +385,10 @@ def test_an_edited_or_lazy_entry_is_not_sent_from_an_old_template(scheduler):
     edited.args[0] = 3  # changed in place: its items are compared too
     assert args_of(templates.outgoing(builder, channel, edited, "e:3", "t")) == [3]
     counter = iter(range(10))
-    lazy = RedBeatSchedulerEntry("lazy", "tasks.plain", 60,
-                                 args=[BeatLazyFunc(lambda: next(counter))], app=scheduler.app)
-    assert [args_of(templates.outgoing(builder, channel, lazy, f"lazy:{i}", "t"))
-            for i in range(2)] == [[0], [1]]
+    lazy = RedBeatSchedulerEntry(
+        "lazy", "tasks.plain", 60, args=[BeatLazyFunc(lambda: next(counter))], app=scheduler.app
+    )
+    assert [
+        args_of(templates.outgoing(builder, channel, lazy, f"lazy:{i}", "t")) for i in range(2)
+    ] == [[0], [1]]
     assert "lazy" not in templates.known  # no template: its arguments are evaluated each time

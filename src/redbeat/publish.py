@@ -53,14 +53,39 @@ except ImportError:  # pragma: no cover - older Celery has no such route
     detect_quorum_queues = None
 
 #: Options (of an entry, or of its registered task) this module reproduces exactly.
-OPTIONS = frozenset({
-    "queue", "exchange", "routing_key", "exchange_type", "priority", "headers", "expires",
-    "eta", "countdown", "time_limit", "soft_time_limit", "serializer", "compression",
-    "delivery_mode", "ignore_result",
-})
+OPTIONS = frozenset(
+    {
+        "queue",
+        "exchange",
+        "routing_key",
+        "exchange_type",
+        "priority",
+        "headers",
+        "expires",
+        "eta",
+        "countdown",
+        "time_limit",
+        "soft_time_limit",
+        "serializer",
+        "compression",
+        "delivery_mode",
+        "ignore_result",
+    }
+)
 #: What may be left once the router has merged its route into the options.
-ROUTED = frozenset({"queue", "exchange", "routing_key", "exchange_type", "priority",
-                    "headers", "serializer", "compression", "delivery_mode"})
+ROUTED = frozenset(
+    {
+        "queue",
+        "exchange",
+        "routing_key",
+        "exchange_type",
+        "priority",
+        "headers",
+        "serializer",
+        "compression",
+        "delivery_mode",
+    }
+)
 
 
 class Unsupported(Exception):
@@ -165,16 +190,20 @@ class Templates:
         self.size = size
         self.known: dict[str, Template] = {}
 
-    def outgoing(self, builder: Builder, channel: Any, entry: Any, task_id: str,
-                 tag: str) -> Outgoing:
+    def outgoing(
+        self, builder: Builder, channel: Any, entry: Any, task_id: str, tag: str
+    ) -> Outgoing:
         """``entry``'s message for ``task_id``, its record encoded for kombu Redis
         ``channel`` with delivery tag ``tag``: what ``encode_redis(channel,
         [builder.seal(builder.draft(entry, task_id))])`` makes. Raises what those raise
         (:class:`Unsupported` among them)."""
         sources = builder.template_sources(entry)
         template = self.known.get(entry.name) if sources is not None else None
-        if sources is not None and (template is None or template.settings != sources[1]
-                                    or not _same(template.objects, sources[0])):
+        if sources is not None and (
+            template is None
+            or template.settings != sources[1]
+            or not _same(template.objects, sources[0])
+        ):
             template = self._make(builder, channel, entry, sources)
         if template is None or template.pieces is None:
             message = builder.seal(builder.draft(entry, task_id))
@@ -182,21 +211,33 @@ class Templates:
             return message
         message = template.message
         task_text = JSON.encode(task_id)[1:-1]
-        text = "".join(task_text if piece == TEMPLATE_TASK_ID else tag if piece == TEMPLATE_TAG
-                       else piece for piece in template.pieces)
-        return Outgoing(task_id=task_id, name=message.name, body=message.body,
-                        payload=message.payload, content_type=message.content_type,
-                        content_encoding=message.content_encoding,
-                        headers={**message.headers, **dict.fromkeys(template.id_headers,
-                                                                     task_id)},
-                        properties={**message.properties,
-                                    **dict.fromkeys(template.id_properties, task_id)},
-                        priority=message.priority, exchange=message.exchange,
-                        routing_key=message.routing_key, queue=message.queue,
-                        wire=(text, message.wire[1] if message.wire else 0))
+        text = "".join(
+            task_text if piece == TEMPLATE_TASK_ID else tag if piece == TEMPLATE_TAG else piece
+            for piece in template.pieces
+        )
+        return Outgoing(
+            task_id=task_id,
+            name=message.name,
+            body=message.body,
+            payload=message.payload,
+            content_type=message.content_type,
+            content_encoding=message.content_encoding,
+            headers={**message.headers, **dict.fromkeys(template.id_headers, task_id)},
+            properties={**message.properties, **dict.fromkeys(template.id_properties, task_id)},
+            priority=message.priority,
+            exchange=message.exchange,
+            routing_key=message.routing_key,
+            queue=message.queue,
+            wire=(text, message.wire[1] if message.wire else 0),
+        )
 
-    def _make(self, builder: Builder, channel: Any, entry: Any,
-              sources: tuple[tuple[Any, ...], tuple[Any, ...]]) -> Template:
+    def _make(
+        self,
+        builder: Builder,
+        channel: Any,
+        entry: Any,
+        sources: tuple[tuple[Any, ...], tuple[Any, ...]],
+    ) -> Template:
         """``entry``'s template, kept; one without pieces when its message depends on
         more than the task id and the tag (the times it carries, the id elsewhere), so
         that such an entry's messages are built each time, once each."""
@@ -205,12 +246,17 @@ class Templates:
         message.wire = _redis_wire(channel, message, TEMPLATE_TAG)
         pieces: list[str] | None = _STAND_INS.split(message.wire[0])
         id_headers = [key for key, value in headers.items() if value == TEMPLATE_TASK_ID]
-        id_properties = [key for key, value in message.properties.items()
-                         if value == TEMPLATE_TASK_ID]
-        if headers.get("eta") or headers.get("expires") or "expiration" in message.properties \
-                or "id" not in id_headers or (pieces.count(TEMPLATE_TASK_ID),
-                                              pieces.count(TEMPLATE_TAG)) != \
-                (len(id_headers) + len(id_properties), 1):
+        id_properties = [
+            key for key, value in message.properties.items() if value == TEMPLATE_TASK_ID
+        ]
+        if (
+            headers.get("eta")
+            or headers.get("expires")
+            or "expiration" in message.properties
+            or "id" not in id_headers
+            or (pieces.count(TEMPLATE_TASK_ID), pieces.count(TEMPLATE_TAG))
+            != (len(id_headers) + len(id_properties), 1)
+        ):
             pieces = None  # (the id elsewhere too: an argument that holds the stand-in)
         if len(self.known) >= self.size:
             self.known.clear()
@@ -245,17 +291,24 @@ class Reprs:
         self.size = size
         self.known: dict[tuple[int, int], tuple[Any, ...]] = {}
 
-    def get(self, entry: Any, args: list[Any], kwargs: dict[str, Any],
-            limits: tuple[int, int, int]) -> tuple[str, str]:
+    def get(
+        self, entry: Any, args: list[Any], kwargs: dict[str, Any], limits: tuple[int, int, int]
+    ) -> tuple[str, str]:
         """The reprs Celery's ``as_task_v2`` would compute for ``args`` and ``kwargs``
         (``entry``'s, evaluated), with ``limits``: its argsrepr and kwargsrepr maximum
         sizes and ``task_repr_maxlevels``."""
         raw_args, raw_kwargs = entry.args, entry.kwargs
         key = (id(raw_args), id(raw_kwargs))
         known = self.known.get(key)
-        if (known is not None and known[0] is raw_args and known[1] is raw_kwargs
-                and known[2] == limits and _same(known[3], args)
-                and _same(known[4], kwargs.values()) and known[5] == list(kwargs)):
+        if (
+            known is not None
+            and known[0] is raw_args
+            and known[1] is raw_kwargs
+            and known[2] == limits
+            and _same(known[3], args)
+            and _same(known[4], kwargs.values())
+            and known[5] == list(kwargs)
+        ):
             return known[6], known[7]
         # as_task_v2 reprs ``args or ()``: no arguments read "()", not "[]"
         argsrepr = saferepr(args or (), limits[0], maxlevels=limits[2])
@@ -263,8 +316,16 @@ class Reprs:
         if _same(raw_args or (), args) and _same((raw_kwargs or {}).values(), kwargs.values()):
             if len(self.known) >= self.size:
                 self.known.clear()
-            self.known[key] = (raw_args, raw_kwargs, limits, tuple(args),
-                               tuple(kwargs.values()), list(kwargs), argsrepr, kwargsrepr)
+            self.known[key] = (
+                raw_args,
+                raw_kwargs,
+                limits,
+                tuple(args),
+                tuple(kwargs.values()),
+                list(kwargs),
+                argsrepr,
+                kwargsrepr,
+            )
         return argsrepr, kwargsrepr
 
 
@@ -299,9 +360,11 @@ class Builder:
         self.create_task_message = self.amqp.create_task_message
         self.origin = anon_nodename()
         # protocol 1 has no reprs (it ignores them)
-        self.limits = ((self.amqp.argsrepr_maxsize, self.amqp.kwargsrepr_maxsize,
-                        conf.task_repr_maxlevels)
-                       if conf.task_protocol == 2 else None)
+        self.limits = (
+            (self.amqp.argsrepr_maxsize, self.amqp.kwargsrepr_maxsize, conf.task_repr_maxlevels)
+            if conf.task_protocol == 2
+            else None
+        )
 
     def prepare(self, entry: Any, task_id: str) -> Outgoing:
         """Build the message Celery's ``Scheduler.apply_async`` would publish for
@@ -336,10 +399,22 @@ class Builder:
         if self.limits is not None:
             argsrepr, kwargsrepr = self.reprs.get(entry, args, kwargs, self.limits)
         message = self.create_task_message(
-            task_id, name, args, kwargs, countdown=countdown, eta=eta, expires=expires,
-            argsrepr=argsrepr, kwargsrepr=kwargsrepr, origin=self.origin,
-            reply_to=self.thread_oid, time_limit=time_limit, soft_time_limit=soft_time_limit,
-            shadow=shadow, ignore_result=ignore_result)
+            task_id,
+            name,
+            args,
+            kwargs,
+            countdown=countdown,
+            eta=eta,
+            expires=expires,
+            argsrepr=argsrepr,
+            kwargsrepr=kwargsrepr,
+            origin=self.origin,
+            reply_to=self.thread_oid,
+            time_limit=time_limit,
+            soft_time_limit=soft_time_limit,
+            shadow=shadow,
+            ignore_result=ignore_result,
+        )
         return self._address(name, message, options, _expiration(app, expires))
 
     def template_sources(self, entry: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
@@ -347,8 +422,11 @@ class Builder:
         :class:`Templates`): the objects (compared by identity) and this batch's
         settings (by equality); None when a template cannot stand for it."""
         router = self.router
-        if self.limits is None or type(router) is not Router or \
-                not all(type(route) is MapRoute for route in router.routes):
+        if (
+            self.limits is None
+            or type(router) is not Router
+            or not all(type(route) is MapRoute for route in router.routes)
+        ):
             return None  # a routing function may route each call its own way
         args, kwargs, options = entry.args or (), entry.kwargs or {}, entry.options
         if any(isinstance(value, BeatLazyFunc) for value in (*args, *kwargs.values())):
@@ -356,11 +434,28 @@ class Builder:
         task = self.tasks.get(entry.task)
         if task is not None and type(task).shadow_name is not Task.shadow_name:
             return None
-        objects = (entry.task, entry.args, entry.kwargs, options, task, *args,
-                   *kwargs.values(), *kwargs, *options.values(), *options)
-        return objects, (self.serializer, self.compression, self.delivery_mode,
-                         self.routing_key, self.default_queue, self.origin, self.thread_oid,
-                         self.limits)
+        objects = (
+            entry.task,
+            entry.args,
+            entry.kwargs,
+            options,
+            task,
+            *args,
+            *kwargs.values(),
+            *kwargs,
+            *options.values(),
+            *options,
+        )
+        return objects, (
+            self.serializer,
+            self.compression,
+            self.delivery_mode,
+            self.routing_key,
+            self.default_queue,
+            self.origin,
+            self.thread_oid,
+            self.limits,
+        )
 
     @cached_property
     def quorum(self) -> bool:
@@ -372,8 +467,9 @@ class Builder:
         driver_type = self.app.connection_for_write().transport.driver_type
         return bool(detect_quorum_queues(self.app, driver_type)[0])
 
-    def _route(self, options: dict[str, Any], name: str, args: Any, kwargs: Any,
-               task: Task | None) -> dict[str, Any]:
+    def _route(
+        self, options: dict[str, Any], name: str, args: Any, kwargs: Any, task: Task | None
+    ) -> dict[str, Any]:
         """Celery's ``Router.route``; without ``task_routes``, the default queue's
         destination is expanded once per batch (Celery reads the setting and looks the
         queue up for every message)."""
@@ -387,8 +483,9 @@ class Builder:
             self.default_route = router.expand_destination(self.default_queue)
         return lpmerge(dict(self.default_route), options)
 
-    def _address(self, name: str, message: Any, options: dict[str, Any],
-                 expiration: float | None) -> Draft:
+    def _address(
+        self, name: str, message: Any, options: dict[str, Any], expiration: float | None
+    ) -> Draft:
         """Celery's ``send_task_message`` and kombu's ``Producer.publish`` up to the
         signal: the queue, exchange, routing key and delivery mode."""
         headers, properties, body, _ = message
@@ -407,9 +504,11 @@ class Builder:
             qname = queue.name
         if isinstance(queue, Broadcast):
             raise Unsupported("broadcast queue")
-        delivery_mode = (options.pop("delivery_mode", None)
-                         or getattr(getattr(queue, "exchange", None), "delivery_mode", None)
-                         or self.delivery_mode)
+        delivery_mode = (
+            options.pop("delivery_mode", None)
+            or getattr(getattr(queue, "exchange", None), "delivery_mode", None)
+            or self.delivery_mode
+        )
         if exchange_type is None:
             exchange_type = getattr(getattr(queue, "exchange", None), "type", "direct")
         if exchange_type == "fanout":
@@ -419,12 +518,20 @@ class Builder:
         elif exchange is None:
             exchange = queue.exchange.name or self.amqp.default_exchange
             routing_key = routing_key or queue.routing_key or self.routing_key
-        return Draft(name=name, body=body, headers=headers, properties=properties,
-                     exchange=exchange, routing_key=routing_key, queue=queue,
-                     priority=priority, delivery_mode=delivery_mode,
-                     serializer=options.pop("serializer", None) or self.serializer,
-                     compression=options.pop("compression", None) or self.compression,
-                     expiration=expiration)
+        return Draft(
+            name=name,
+            body=body,
+            headers=headers,
+            properties=properties,
+            exchange=exchange,
+            routing_key=routing_key,
+            queue=queue,
+            priority=priority,
+            delivery_mode=delivery_mode,
+            serializer=options.pop("serializer", None) or self.serializer,
+            compression=options.pop("compression", None) or self.compression,
+            expiration=expiration,
+        )
 
     def seal(self, draft: Draft) -> Outgoing:
         """``before_task_publish`` for ``draft``, then its body serialised (after the
@@ -432,10 +539,15 @@ class Builder:
         headers, properties, exchange = draft.headers, draft.properties, draft.exchange
         delivery_mode = draft.delivery_mode
         signals.before_task_publish.send(
-            sender=draft.name, body=draft.body, exchange=exchange,
+            sender=draft.name,
+            body=draft.body,
+            exchange=exchange,
             routing_key=draft.routing_key,
-            declare=[draft.queue] if draft.queue is not None else [], headers=headers,
-            properties=properties, retry_policy=dict(self.retry_policy))
+            declare=[draft.queue] if draft.queue is not None else [],
+            headers=headers,
+            properties=properties,
+            retry_policy=dict(self.retry_policy),
+        )
         if isinstance(exchange, Exchange):
             exchange_name = exchange.name
             delivery_mode = delivery_mode or exchange.delivery_mode
@@ -447,13 +559,20 @@ class Builder:
         content_type, content_encoding, payload = serialise(draft.body, draft.serializer)
         if draft.compression:
             payload, headers["compression"] = compress(payload, draft.compression)
-        return Outgoing(name=draft.name,
-                        task_id=headers.get("id") or properties["correlation_id"],
-                        body=draft.body, payload=payload, content_type=content_type,
-                        content_encoding=content_encoding, headers=headers,
-                        properties=properties, priority=draft.priority,
-                        exchange=exchange_name, routing_key=draft.routing_key or "",
-                        queue=draft.queue)
+        return Outgoing(
+            name=draft.name,
+            task_id=headers.get("id") or properties["correlation_id"],
+            body=draft.body,
+            payload=payload,
+            content_type=content_type,
+            content_encoding=content_encoding,
+            headers=headers,
+            properties=properties,
+            priority=draft.priority,
+            exchange=exchange_name,
+            routing_key=draft.routing_key or "",
+            queue=draft.queue,
+        )
 
 
 #: kombu's JSON encoder, made once: ``kombu.utils.json.dumps`` (what kombu's ``json``
@@ -478,16 +597,20 @@ def serialise(body: Any, serializer: str) -> tuple[str, str, str | bytes]:
 def _check(options: dict[str, Any], known: frozenset[str], what: str) -> None:
     if options.keys() <= known:
         return  # nothing to refuse, nothing to drop: most messages
-    unknown = sorted(key for key, value in options.items()
-                     if key not in known and value is not None and value is not False)
+    unknown = sorted(
+        key
+        for key, value in options.items()
+        if key not in known and value is not None and value is not False
+    )
     if unknown:
         raise Unsupported(f"{what}s {unknown}")
     for key in [key for key in options if key not in known]:
         del options[key]  # None or False: the same as not given
 
 
-def _task_options(task: Task, args: Any, kwargs: Any,
-                  options: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+def _task_options(
+    task: Task, args: Any, kwargs: Any, options: dict[str, Any]
+) -> tuple[dict[str, Any], str | None]:
     """What ``Task.apply_async`` adds for a registered task: its argument check, its
     shadow name and its execution options (the entry's own win)."""
     if type(task).apply_async is not Task.apply_async or getattr(task, "__v2_compat__", False):
@@ -500,8 +623,7 @@ def _task_options(task: Task, args: Any, kwargs: Any,
         check_arguments = getattr(task, "__header__", None)
         if check_arguments is not None:
             check_arguments(*(args or ()), **(kwargs or {}))
-    merged = {key: value for key, value in task._get_exec_options().items()
-              if value is not None}
+    merged = {key: value for key, value in task._get_exec_options().items() if value is not None}
     merged.update(options)
     merged.setdefault("ignore_result", task.ignore_result)
     _check(merged, OPTIONS, "task option")
@@ -525,8 +647,12 @@ def published(messages: Sequence[Outgoing]) -> None:
     """``after_task_publish`` for each message its broker accepted."""
     for message in messages:
         signals.after_task_publish.send(
-            sender=message.name, body=message.body, headers=message.headers,
-            exchange=message.exchange, routing_key=message.routing_key)
+            sender=message.name,
+            body=message.body,
+            headers=message.headers,
+            exchange=message.exchange,
+            routing_key=message.routing_key,
+        )
 
 
 def declare(channel: Any, messages: Sequence[Outgoing]) -> None:
@@ -574,8 +700,9 @@ def write_redis(channel: Any, messages: Sequence[Outgoing]) -> list[BaseExceptio
             spans.append((before, len(pipe), indexes))
         replies = pipe.execute(raise_on_error=False) if len(pipe) else []
     for start, end, indexes in spans:
-        refusal = next((reply for reply in replies[start:end] if isinstance(reply, Exception)),
-                       None)
+        refusal = next(
+            (reply for reply in replies[start:end] if isinstance(reply, Exception)), None
+        )
         for index in indexes:
             refusals[index] = refusal
     return refusals
@@ -615,26 +742,31 @@ def delivery_tags(count: int) -> list[str]:
     for at in range(0, 16 * count, 16):
         raw[at + 6] = raw[at + 6] & 0x0F | 0x40  # version 4
         raw[at + 8] = raw[at + 8] & 0x3F | 0x80  # the RFC 4122 variant
-        text = raw[at:at + 16].hex()
+        text = raw[at : at + 16].hex()
         tags.append(f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}")
     return tags
 
 
 def _redis_record(channel: Any, message: Outgoing, tag: str) -> dict[str, Any]:
     record: dict[str, Any] = channel.prepare_message(
-        message.payload, message.priority, message.content_type, message.content_encoding,
-        message.headers, dict(message.properties))
+        message.payload,
+        message.priority,
+        message.content_type,
+        message.content_encoding,
+        message.headers,
+        dict(message.properties),
+    )
     record["body"], body_encoding = channel.encode_body(record["body"], channel.body_encoding)
     properties = record["properties"]
     properties["body_encoding"] = body_encoding
     properties["delivery_tag"] = tag
-    properties["delivery_info"].update(exchange=message.exchange,
-                                       routing_key=message.routing_key)
+    properties["delivery_info"].update(exchange=message.exchange, routing_key=message.routing_key)
     return record
 
 
-def write_amqp(connection: Any, messages: Sequence[Outgoing],
-               timeout: float) -> list[BaseException | None]:
+def write_amqp(
+    connection: Any, messages: Sequence[Outgoing], timeout: float
+) -> list[BaseException | None]:
     """Publish ``messages`` on a channel of their own in confirm mode and wait (at most
     ``timeout`` seconds) for RabbitMQ to ack them all; per message, None or the nack.
     Unconfirmed messages raise: the caller cannot know whether they arrived."""
@@ -656,17 +788,25 @@ def write_amqp(connection: Any, messages: Sequence[Outgoing],
 
         channel.events["basic_ack"].add(lambda tag, multiple: settle(tag, multiple, None))
         channel.events["basic_nack"].add(
-            lambda tag, multiple: settle(tag, multiple, MessageNacked()))
+            lambda tag, multiple: settle(tag, multiple, MessageNacked())
+        )
         # py-amqp's basic_publish polls the socket for a connection.blocked notice
         # before each message: once per batch is enough
         _poll(channel.connection)
         for message in messages:
             channel.send_method(
-                spec.Basic.Publish, "Bssbb",
+                spec.Basic.Publish,
+                "Bssbb",
                 (0, message.exchange, message.routing_key, False, False),
-                channel.prepare_message(message.payload, message.priority,
-                                        message.content_type, message.content_encoding,
-                                        message.headers, dict(message.properties)))
+                channel.prepare_message(
+                    message.payload,
+                    message.priority,
+                    message.content_type,
+                    message.content_encoding,
+                    message.headers,
+                    dict(message.properties),
+                ),
+            )
         while low[0] < len(outcome):
             channel.wait([spec.Basic.Ack, spec.Basic.Nack], timeout=timeout)
         return outcome
