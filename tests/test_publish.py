@@ -392,3 +392,27 @@ def test_an_edited_or_lazy_entry_is_not_sent_from_an_old_template(scheduler):
         args_of(templates.outgoing(builder, channel, lazy, f"lazy:{i}", "t")) for i in range(2)
     ] == [[0], [1]]
     assert "lazy" not in templates.known  # no template: its arguments are evaluated each time
+
+
+def test_templates_made_under_other_settings_are_not_used(scheduler):
+    """Templates hold for the builder settings they were made under (compared once per
+    batch): a batch under other settings (here the delivery mode) builds its messages
+    afresh, and they are what the builder makes."""
+    entry = RedBeatSchedulerEntry("e", "tasks.plain", 60, args=[1], app=scheduler.app)
+    channel = scheduler.producer.channel
+    templates = publish.Templates()
+
+    def mode_of(message: publish.Outgoing) -> int:
+        return json.loads(message.wire[0])["properties"]["delivery_mode"]
+
+    first = templates.outgoing(publish.Builder(scheduler.app), channel, entry, "e:1", "t")
+    scheduler.app.conf.task_default_delivery_mode = "transient"
+    try:
+        builder = publish.Builder(scheduler.app)
+        ours = templates.outgoing(builder, channel, entry, "e:2", "t")
+        built = builder.seal(builder.draft(entry, "e:2"))
+        built.wire = publish._redis_wire(channel, built, "t")
+    finally:
+        scheduler.app.conf.task_default_delivery_mode = "persistent"
+    assert (mode_of(first), mode_of(ours)) == (2, 1)
+    assert ours.wire == built.wire

@@ -20,6 +20,7 @@ or RabbitMQ acked it). Whatever this module does not reproduce exactly raises
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 from collections.abc import Sequence
@@ -157,15 +158,17 @@ class Template:
     """One entry's message for a Redis broker, made once and kept while its definition
     is unchanged: the record's text cut where the task id and the delivery tag go."""
 
-    #: what it was made from (Builder.template_sources): the entry's ``args``,
+    #: what it was made from (Builder.template_objects): the entry's ``args``,
     #: ``kwargs`` and ``options`` objects, their items and the task object, compared by
-    #: identity on each use; the builder's settings, by equality
+    #: identity on each use
     objects: tuple[Any, ...]
-    settings: tuple[Any, ...]
     message: Outgoing  # built with the stand-ins
     #: the record's text, the stand-ins as pieces of their own; None when its messages
     #: are built each time (they carry times)
     pieces: list[str] | None
+    #: where in ``pieces`` the task id goes (each place) and the delivery tag
+    id_at: tuple[int, ...]
+    tag_at: int
     #: the headers and properties that carry the task id (id, root_id, correlation_id)
     id_headers: list[str]
     id_properties: list[str]
@@ -189,6 +192,9 @@ class Templates:
     def __init__(self, size: int = 16384) -> None:
         self.size = size
         self.known: dict[str, Template] = {}
+        #: the builder settings (Builder.template_settings) every known template was
+        #: made under: compared once per batch, and the table emptied when they change
+        self.settings: tuple[Any, ...] | None = None
 
     def outgoing(
         self, builder: Builder, channel: Any, entry: Any, task_id: str, tag: str
@@ -197,46 +203,49 @@ class Templates:
         ``channel`` with delivery tag ``tag``: what ``encode_redis(channel,
         [builder.seal(builder.draft(entry, task_id))])`` makes. Raises what those raise
         (:class:`Unsupported` among them)."""
-        sources = builder.template_sources(entry)
-        template = self.known.get(entry.name) if sources is not None else None
-        if sources is not None and (
-            template is None
-            or template.settings != sources[1]
-            or not _same(template.objects, sources[0])
-        ):
-            template = self._make(builder, channel, entry, sources)
+        settings = builder.template_settings
+        if settings is not None and settings is not self.settings:
+            if settings != self.settings:
+                self.known.clear()
+            self.settings = settings
+        objects = builder.template_objects(entry) if settings is not None else None
+        template = self.known.get(entry.name) if objects is not None else None
+        if objects is not None and (template is None or not _same(template.objects, objects)):
+            template = self._make(builder, channel, entry, objects)
         if template is None or template.pieces is None:
             message = builder.seal(builder.draft(entry, task_id))
             message.wire = _redis_wire(channel, message, tag)
             return message
         message = template.message
+        parts = template.pieces.copy()
         task_text = JSON.encode(task_id)[1:-1]
-        text = "".join(
-            task_text if piece == TEMPLATE_TASK_ID else tag if piece == TEMPLATE_TAG else piece
-            for piece in template.pieces
-        )
+        for at in template.id_at:
+            parts[at] = task_text
+        parts[template.tag_at] = tag
+        headers = message.headers.copy()
+        for name in template.id_headers:
+            headers[name] = task_id
+        properties = message.properties.copy()
+        for name in template.id_properties:
+            properties[name] = task_id
         return Outgoing(
-            task_id=task_id,
-            name=message.name,
-            body=message.body,
-            payload=message.payload,
-            content_type=message.content_type,
-            content_encoding=message.content_encoding,
-            headers={**message.headers, **dict.fromkeys(template.id_headers, task_id)},
-            properties={**message.properties, **dict.fromkeys(template.id_properties, task_id)},
-            priority=message.priority,
-            exchange=message.exchange,
-            routing_key=message.routing_key,
-            queue=message.queue,
-            wire=(text, message.wire[1] if message.wire else 0),
+            task_id,
+            message.name,
+            message.body,
+            message.payload,
+            message.content_type,
+            message.content_encoding,
+            headers,
+            properties,
+            message.priority,
+            message.exchange,
+            message.routing_key,
+            message.queue,
+            ("".join(parts), message.wire[1] if message.wire else 0),
         )
 
     def _make(
-        self,
-        builder: Builder,
-        channel: Any,
-        entry: Any,
-        sources: tuple[tuple[Any, ...], tuple[Any, ...]],
+        self, builder: Builder, channel: Any, entry: Any, objects: tuple[Any, ...]
     ) -> Template:
         """``entry``'s template, kept; one without pieces when its message depends on
         more than the task id and the tag (the times it carries, the id elsewhere), so
@@ -245,6 +254,8 @@ class Templates:
         headers = message.headers
         message.wire = _redis_wire(channel, message, TEMPLATE_TAG)
         pieces: list[str] | None = _STAND_INS.split(message.wire[0])
+        id_at = tuple(at for at, piece in enumerate(pieces) if piece == TEMPLATE_TASK_ID)
+        tag_at = [at for at, piece in enumerate(pieces) if piece == TEMPLATE_TAG]
         id_headers = [key for key, value in headers.items() if value == TEMPLATE_TASK_ID]
         id_properties = [
             key for key, value in message.properties.items() if value == TEMPLATE_TASK_ID
@@ -254,13 +265,14 @@ class Templates:
             or headers.get("expires")
             or "expiration" in message.properties
             or "id" not in id_headers
-            or (pieces.count(TEMPLATE_TASK_ID), pieces.count(TEMPLATE_TAG))
-            != (len(id_headers) + len(id_properties), 1)
+            or (len(id_at), len(tag_at)) != (len(id_headers) + len(id_properties), 1)
         ):
             pieces = None  # (the id elsewhere too: an argument that holds the stand-in)
         if len(self.known) >= self.size:
             self.known.clear()
-        template = Template(*sources, message, pieces, id_headers, id_properties)
+        template = Template(
+            objects, message, pieces, id_at, tag_at[0] if tag_at else -1, id_headers, id_properties
+        )
         self.known[entry.name] = template
         return template
 
@@ -332,7 +344,7 @@ class Reprs:
 def _same(these: Any, those: Any) -> bool:
     """The same objects, one for one (no lazy argument evaluated into another)."""
     these, those = tuple(these), tuple(those)
-    return len(these) == len(those) and all(a is b for a, b in zip(these, those, strict=True))
+    return len(these) == len(those) and all(map(operator.is_, these, those))
 
 
 class Builder:
@@ -417,24 +429,43 @@ class Builder:
         )
         return self._address(name, message, options, _expiration(app, expires))
 
-    def template_sources(self, entry: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
-        """What ``entry``'s message is made from, when nothing else can change it (see
-        :class:`Templates`): the objects (compared by identity) and this batch's
-        settings (by equality); None when a template cannot stand for it."""
+    @cached_property
+    def template_settings(self) -> tuple[Any, ...] | None:
+        """This batch's settings a template depends on (compared by equality, once per
+        batch: :class:`Templates`); None when no template can stand for a message of
+        this batch (protocol 1, or a routing function, which may route each call its own
+        way)."""
         router = self.router
         if (
             self.limits is None
             or type(router) is not Router
             or not all(type(route) is MapRoute for route in router.routes)
         ):
-            return None  # a routing function may route each call its own way
+            return None
+        return (
+            self.serializer,
+            self.compression,
+            self.delivery_mode,
+            self.routing_key,
+            self.default_queue,
+            self.origin,
+            self.thread_oid,
+            self.limits,
+        )
+
+    def template_objects(self, entry: Any) -> tuple[Any, ...] | None:
+        """What ``entry``'s message is made from, when nothing else can change it (see
+        :class:`Templates`): the objects, compared by identity; None when a template
+        cannot stand for it. Asked only when :attr:`template_settings` is not None."""
         args, kwargs, options = entry.args or (), entry.kwargs or {}, entry.options
-        if any(isinstance(value, BeatLazyFunc) for value in (*args, *kwargs.values())):
+        if (args or kwargs) and any(
+            isinstance(value, BeatLazyFunc) for value in (*args, *kwargs.values())
+        ):
             return None  # evaluated anew for each message
         task = self.tasks.get(entry.task)
         if task is not None and type(task).shadow_name is not Task.shadow_name:
             return None
-        objects = (
+        return (
             entry.task,
             entry.args,
             entry.kwargs,
@@ -445,16 +476,6 @@ class Builder:
             *kwargs,
             *options.values(),
             *options,
-        )
-        return objects, (
-            self.serializer,
-            self.compression,
-            self.delivery_mode,
-            self.routing_key,
-            self.default_queue,
-            self.origin,
-            self.thread_oid,
-            self.limits,
         )
 
     @cached_property
@@ -738,13 +759,14 @@ def delivery_tags(count: int) -> list[str]:
     version-4 UUIDs), from one read of the OS's random source instead of one read and
     one UUID object per message."""
     raw = bytearray(os.urandom(16 * count))
-    tags = []
-    for at in range(0, 16 * count, 16):
-        raw[at + 6] = raw[at + 6] & 0x0F | 0x40  # version 4
-        raw[at + 8] = raw[at + 8] & 0x3F | 0x80  # the RFC 4122 variant
-        text = raw[at : at + 16].hex()
-        tags.append(f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}")
-    return tags
+    raw[6::16] = bytes(byte & 0x0F | 0x40 for byte in raw[6::16])  # version 4
+    raw[8::16] = bytes(byte & 0x3F | 0x80 for byte in raw[8::16])  # the RFC 4122 variant
+    text = raw.hex()
+    return [
+        f"{text[at : at + 8]}-{text[at + 8 : at + 12]}-{text[at + 12 : at + 16]}-"
+        f"{text[at + 16 : at + 20]}-{text[at + 20 : at + 32]}"
+        for at in range(0, 32 * count, 32)
+    ]
 
 
 def _redis_record(channel: Any, message: Outgoing, tag: str) -> dict[str, Any]:
