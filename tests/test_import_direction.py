@@ -137,6 +137,19 @@ def test_a_part_of_the_scheduler_never_imports_it(module):
         pytest.fail(f"redbeat.{module} imports the scheduler: {' -> '.join(chains['schedulers'])}")
 
 
+#: Issue 25: the scheduler hands the broker, the statics and 2.4.2's hooks to its parts;
+#: a class growing past this is taking one of their jobs back (or a second one of its own).
+SCHEDULER_CLASS_LINES = 550
+
+
+def test_the_scheduler_class_stays_under_its_size():
+    tree = ast.parse((PACKAGE / "schedulers.py").read_text())
+    [scheduler] = [node for node in tree.body
+                   if isinstance(node, ast.ClassDef) and node.name == "RedBeatScheduler"]
+    lines = scheduler.end_lineno - scheduler.lineno + 1
+    assert lines < SCHEDULER_CLASS_LINES, f"RedBeatScheduler is {lines} lines"
+
+
 def test_the_reader_follows_imports_through_the_package():
     package = {
         "core": "from . import helper\nimport json\n",
