@@ -173,7 +173,7 @@ def test_a_send_the_tick_gave_up_on_is_confirmed_when_it_ends_and_not_sent_again
     class HungBroker(RedBeatScheduler):
         def apply_async(self, entry, producer=None, advance=True, **kwargs):
             sent.append(entry.options["task_id"])
-            gate.wait(10)
+            gate.wait(60)
 
     scheduler = HungBroker(app)
     pending = app.redbeat_conf.keys.pending
@@ -183,8 +183,9 @@ def test_a_send_the_tick_gave_up_on_is_confirmed_when_it_ends_and_not_sent_again
         for _ in range(3):
             started = time.monotonic()
             scheduler.tick()
-            # the tick keeps its pace: it does not wait for the hung writer (10 s)
-            assert time.monotonic() - started < 8.0
+            # the tick keeps its pace: it does not wait for the hung writer (60 s); the bound is
+            # for a loaded machine, far above the publish timeout the tick waits at most
+            assert time.monotonic() - started < 30.0
             assert client.zcard(pending) == 1  # the slot stays pending, nothing lost
         gate.set()
         wait_until(lambda: client.zcard(pending) == 0, 60, "the late send's confirmation")
