@@ -3,7 +3,8 @@
 Each test is one project's way of using celery-redbeat, found in its public repository
 (named in the test's header) and written here anew as a small script: the same calls,
 in the same order, on the same kinds of values, reporting what it observed as JSON. The
-script runs in a fresh interpreter with this package, and, where a Python with
+script runs in a process of its own (forked from an interpreter that has imported Celery:
+support/forked.py) with this package, and, where a Python with
 celery-redbeat 2.4.2 is known (REDBEAT_REFERENCE_PYTHON; CI sets it), again under 2.4.2:
 both must report the same, except where docs/compatibility.md names the difference,
 which the test then names too. Each implementation gets its own database of a real
@@ -13,13 +14,12 @@ redis-server.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
+from support.forked import run_script
 from support.reference import reference_python
 
 SRC = Path(__file__).resolve().parent.parent / "src"
@@ -40,10 +40,8 @@ def report(**values):
 
 
 def run(python: str, script: str, url: str, ours: bool) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(SRC) if ours else ""}
     source = textwrap.dedent(PRELUDE).format(url=url) + textwrap.dedent(script)
-    result = subprocess.run([python, "-c", source], capture_output=True, text=True,
-                            timeout=120, env=env, cwd="/")
+    result = run_script(python, str(SRC) if ours else "", source)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 

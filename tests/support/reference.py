@@ -9,12 +9,12 @@ where they fail, so the compatibility claims are always checked there.
 from __future__ import annotations
 
 import os
-import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from .forked import run_script
 from .redis_server import redis_required
 
 ENV = "REDBEAT_REFERENCE_PYTHON"
@@ -38,8 +38,6 @@ def run_reference(script: str, timeout: float = 60) -> str:
     python = reference_python()
     if python is None:
         pytest.fail(f"{ENV} must be set in CI")
-    env = {**os.environ, "PYTHONPATH": ""}
-    result = subprocess.run([python, "-c", textwrap.dedent(script)], capture_output=True,
-                            text=True, timeout=timeout, env=env, cwd="/")
+    result = run_script(python, "", textwrap.dedent(script), timeout)
     assert result.returncode == 0, result.stderr
     return result.stdout
