@@ -13,6 +13,7 @@ from redbeat import planning
 from redbeat.nextrun import next_run
 from redbeat.nexttime import (
     ScheduleBoundError,
+    clock_now,
     count_slots,
     first_due,
     latest_slot,
@@ -330,3 +331,38 @@ def test_remembered_answers_belong_to_their_schedule_object():
     assert next_after(changed, moment) == utc(2027, 1, 1, 10, 15)
     changed.minute = {0, 40}
     assert next_after(changed, moment) == utc(2027, 1, 1, 10, 40)
+
+
+def test_the_clock_is_the_apps_time_in_its_zone():
+    """Read directly (not through Celery's ``app.now``): the same zone, and an instant
+    between two readings of Celery's."""
+    app = Celery("clock", set_as_current=False)
+    app.conf.timezone = "Europe/Paris"
+    before = app.now()
+    read = clock_now(crontab(app=app), app)
+    after = app.now()
+    assert read.tzinfo is app.timezone is before.tzinfo
+    assert before <= read <= after
+
+
+class FrozenApp(Celery):
+    def now(self) -> datetime:
+        return utc(2030, 1, 1)
+
+
+@pytest.mark.parametrize(("schedule_", "app", "expected"), [
+    # the schedule's own clock
+    (schedule(timedelta(minutes=1), nowfun=lambda: utc(2031, 1, 1), app=APP), APP,
+     utc(2031, 1, 1)),
+    # an app that replaces ``now``: a subclass's, or an instance's own
+    (crontab(app=FrozenApp("frozen", set_as_current=False)), APP, utc(2030, 1, 1)),
+    (None, FrozenApp("frozen", set_as_current=False), utc(2030, 1, 1)),
+])
+def test_a_replaced_clock_is_asked(schedule_, app, expected):
+    assert clock_now(schedule_, app) == expected
+
+
+def test_an_apps_own_now_is_asked():
+    app = Celery("patched", set_as_current=False)
+    app.now = lambda: utc(2032, 1, 1)  # type: ignore[method-assign]
+    assert clock_now(crontab(app=app), APP) == utc(2032, 1, 1)

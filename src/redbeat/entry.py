@@ -37,7 +37,7 @@ from .entry_fields import (
     utc_meta_text,
 )
 from .nextrun import NextRun, follows_app_zone, next_run, score_of, to_score, upcoming_runs
-from .nexttime import next_after, to_millisecond, utc
+from .nexttime import clock_now, next_after, to_millisecond, utc
 from .policy import DEFAULT as DEFAULT_POLICY
 from .policy import EntryPolicy
 from .runtime import DefinitionCache, runtime_for, store_for
@@ -169,6 +169,12 @@ class RedBeatSchedulerEntry(ScheduleEntry):
         return store_for(self.app)
 
     # -- timing --------------------------------------------------------------------------
+
+    def default_now(self) -> datetime:
+        """Celery's clock of the entry (see :func:`redbeat.nexttime.clock_now`)."""
+        return clock_now(self.schedule, self.app)
+
+    _default_now = default_now  # Celery's alias, which names its own default_now
 
     def next_run_after(self, moment: datetime) -> datetime | None:
         return next_after(self.schedule, moment)

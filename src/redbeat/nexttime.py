@@ -40,6 +40,7 @@ from heapq import heappop, heappush
 from itertools import islice, takewhile
 from typing import Any, NamedTuple, TypeVar
 
+from celery import Celery
 from celery import schedules as celery_schedules
 from celery.utils.time import remaining
 from dateutil import rrule as dateutil_rrule
@@ -93,6 +94,25 @@ def celery_first(schedule: Any, now: datetime) -> datetime | None:
     """Celery's first run at or after ``now`` (asked from just before it: Celery's
     answer is the next run after the moment it is given)."""
     return celery_next(schedule, now - timedelta(microseconds=1))
+
+
+def clock_now(schedule: Any, app: Any) -> datetime:
+    """The time by an entry's clock, what Celery's ``ScheduleEntry.default_now`` reads:
+    the schedule's (its ``nowfun``, else its app's ``now``), the app's without one.
+
+    Where neither is replaced, the time is read in the app's zone directly. Celery's
+    ``app.now`` reads it in UTC, checks that for a DST ambiguity UTC never has and then
+    converts it to the app's zone: the same instant in the same zone, at several times
+    the cost, and an entry reads its clock twice per save (its ``last_run_at`` when
+    built, and its score)."""
+    if schedule:
+        if getattr(schedule, "nowfun", None) is not None or \
+                getattr(type(schedule), "now", None) is not celery_schedules.BaseSchedule.now:
+            return schedule.now()  # type: ignore[no-any-return]
+        app = schedule.app
+    if getattr(type(app), "now", None) is not Celery.now or "now" in vars(app):
+        return app.now()  # type: ignore[no-any-return]
+    return datetime.now(app.timezone)
 
 
 def overrides_estimate(schedule: Any, base: Any) -> bool:
