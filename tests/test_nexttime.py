@@ -366,3 +366,17 @@ def test_an_apps_own_now_is_asked():
     app = Celery("patched", set_as_current=False)
     app.now = lambda: utc(2032, 1, 1)  # type: ignore[method-assign]
     assert clock_now(crontab(app=app), APP) == utc(2032, 1, 1)
+
+
+def test_a_crontabs_kept_next_run_answers_only_up_to_itself():
+    """One crontab object asked again and again (entries saved one after another on it)
+    answers each moment as a crontab asked once does: from the moment first asked up
+    to the run found, and nowhere else (at the run itself, the run after it)."""
+    kept = cron(minute="*/5")
+    for moment in [utc(2027, 1, 1, 10, 0, 0, 500), utc(2027, 1, 1, 10, 3),
+                   utc(2027, 1, 1, 10, 4, 59, 999999), utc(2027, 1, 1, 10, 5),
+                   utc(2027, 1, 1, 10, 1), utc(2027, 1, 1, 10, 9, 59), utc(2027, 1, 2)]:
+        assert next_after(kept, moment) == next_after(cron(minute="*/5"), moment)
+    assert next_after(kept, utc(2027, 1, 1, 10, 5)) == utc(2027, 1, 1, 10, 10)
+    kept.minute = {7}  # a field replaced: the run kept (10:10) is not its
+    assert next_after(kept, utc(2027, 1, 1, 10, 5)) == utc(2027, 1, 1, 10, 7)

@@ -910,8 +910,26 @@ def cron_next(
 def _crontab_next(schedule: celery_schedules.crontab, after: datetime) -> datetime | None:
     if overrides_estimate(schedule, celery_schedules.crontab):
         return celery_next(schedule, after)
-    return _remembered("next", schedule, (after,),
-                       lambda: cron_next(schedule, after, schedule.tz))
+    return _remembered("next", schedule, (after,), lambda: _kept_next(schedule, after))
+
+
+def _kept_next(cron: celery_schedules.crontab, after: datetime) -> datetime | None:
+    """:func:`cron_next` in the crontab's zone, kept on the crontab with the moment it
+    was asked for: no run falls between that moment and the answer, so the answer is
+    also the next run after any moment from the one asked up to it. Entries saved one
+    after another on one crontab object (each counts as having run when built) ask for
+    it from moments a few hundred microseconds apart, and walking the calendar was a
+    third of such a save's own work. Kept with the fields and zone it was worked out in
+    (read again should either be replaced)."""
+    after, fields, zone = utc(after), _cron_fields(cron), cron.tz
+    kept = cron.__dict__.get("_redbeat_next")
+    if kept is not None and kept[0] is fields and kept[1] is zone and \
+            kept[2] <= after < kept[3]:
+        return kept[3]  # type: ignore[no-any-return]
+    run = cron_next(cron, after, zone)
+    if run is not None:
+        cron.__dict__["_redbeat_next"] = (fields, zone, after, run)
+    return run
 
 
 @first_due.register
