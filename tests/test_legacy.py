@@ -101,6 +101,7 @@ UNREADABLE = {
     "schedule as a number": definition(5),
     "no schedule": definition(DROP),
     "no name": definition(name=DROP),
+    "name not text": definition(name=5),
     "task not text": definition(task=5),
     "args an object": definition(args={"a": 1}),
     "enabled not boolean": definition(enabled="yes"),
@@ -135,6 +136,18 @@ def test_unreadable_is_wrapped_and_unwrapped(label):
     assert legacy.unwrap(stub) == text
     assert legacy.real_text(legacy.wrap(text)) == text
     assert legacy.wrap(legacy.wrap(text)) == legacy.wrap(text)  # a stub is readable
+
+
+@pytest.mark.parametrize("label", sorted({**READABLE, **UNREADABLE}))
+def test_the_verdict_is_the_same_whatever_the_name(label):
+    """Definitions that differ only in their entry's name (escaped characters too) are
+    all readable or all not: the verdict kept for one answers for the others."""
+    value = {**READABLE, **UNREADABLE}[label]
+    for name in ["job", 'a "quoted" \\ name, été', "", "job"]:
+        renamed = {**value, "name": name} if isinstance(value, dict) and "name" in value \
+            and isinstance(value["name"], str) else value
+        text = json.dumps(renamed)
+        assert (legacy.wrap(text) is text) == (label in READABLE)
 
 
 def test_name_must_match_the_key():

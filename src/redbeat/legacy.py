@@ -25,6 +25,7 @@ import json
 import math
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from json.decoder import scanstring
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -256,11 +257,42 @@ def stub(text: str, obj: Any, name: str | None = None) -> str:
 
 def wrap(text: str, name: str | None = None) -> str:
     """``text`` itself when 2.4.2 can read it, else the stub that carries it."""
+    if name is None and _readable_whatever_its_name(text):
+        return text
     try:
         obj = json.loads(text)
     except (ValueError, RecursionError):
         return stub(text, None, name)
     return text if legacy_readable(obj, name) else stub(text, obj, name)
+
+
+#: How the definitions entries write begin (their ``definition`` names the entry first).
+_NAME_FIRST = '{"name": "'
+
+
+def _readable_whatever_its_name(text: str) -> bool:
+    """Whether 2.4.2 reads ``text``, a definition that names its entry first, told by the
+    rest of the text: a string is all 2.4.2 asks of a name, so definitions that differ
+    only in their names are all readable or all not, and entries saved with one task,
+    arguments and schedule are checked once, not each (parsing and checking the text
+    again cost a save as much as encoding it). False when not sure: the caller then
+    checks the whole text."""
+    if not text.startswith(_NAME_FIRST):
+        return False
+    try:
+        _, end = scanstring(text, len(_NAME_FIRST))
+    except ValueError:
+        return False
+    return text.startswith(", ", end) and _rest_readable(text[end + 2:])
+
+
+@functools.lru_cache(maxsize=256)
+def _rest_readable(rest: str) -> bool:
+    """Whether 2.4.2 reads a definition that is any name followed by ``rest``."""
+    try:
+        return legacy_readable(json.loads('{"name": "", ' + rest))
+    except (ValueError, RecursionError):
+        return False
 
 
 def unwrap(obj: Any) -> str | None:
