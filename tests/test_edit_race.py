@@ -56,8 +56,14 @@ def edit_in_a_loop(app, leader: CeleryProcess, slots: int) -> tuple[int, float, 
     while saves % 50 or leader.log().count(SENT_EDITED) < target:
         assert time.time() - began < LIVENESS, f"{slots} sends of edited not seen"
         saves += 1
-        RedBeatSchedulerEntry("edited", "beatapp.record", EVERY["edited"],
-                              args=[f"v{saves}"], app=app, policy=EACH_SLOT).save()
+        RedBeatSchedulerEntry(
+            "edited",
+            "beatapp.record",
+            EVERY["edited"],
+            args=[f"v{saves}"],
+            app=app,
+            policy=EACH_SLOT,
+        ).save()
         time.sleep(0.002)
     return saves, began, time.time()
 
@@ -74,8 +80,15 @@ def test_a_tight_edit_loop_sends_each_slot_once_and_keeps_the_cadence(tmp_path, 
         # commit was skipped must be read again at once, not when another entry wakes the
         # leader, nor a second later, when the next slot is due too
         phase = timedelta(0) if name == "edited" else timedelta(seconds=0.5)
-        RedBeatSchedulerEntry(name, "beatapp.record", every, args=["v0"], app=app,
-                              last_run_at=now - phase, policy=EACH_SLOT).save()
+        RedBeatSchedulerEntry(
+            name,
+            "beatapp.record",
+            every,
+            args=["v0"],
+            app=app,
+            last_run_at=now - phase,
+            policy=EACH_SLOT,
+        ).save()
     with RedisServer() as broker:
         cluster = Cluster(tmp_path, redis_server.url, broker.url, redbeat_lock_timeout=3)
         nodes = [cluster.beat("beat0"), cluster.beat("beat1")]
@@ -83,8 +96,7 @@ def test_a_tight_edit_loop_sends_each_slot_once_and_keeps_the_cadence(tmp_path, 
             wait_until(lambda: sum("Leading as" in n.log() for n in nodes) == 1, 120, "a leader")
             leader = next(n for n in nodes if "Leading as" in n.log())
             leader.wait_for(SENT_EDITED, count=2)
-            saves, began, ended = edit_in_a_loop(make_app(redis_server.url), leader,
-                                                 EDITED_SLOTS)
+            saves, began, ended = edit_in_a_loop(make_app(redis_server.url), leader, EDITED_SLOTS)
             leader.wait_for(SENT_EDITED, count=leader.log().count(SENT_EDITED) + 2)
         finally:
             cluster.stop()
@@ -98,20 +110,25 @@ def test_a_tight_edit_loop_sends_each_slot_once_and_keeps_the_cadence(tmp_path, 
     in_window = [d for d in slots["edited"] if began * 1000 <= d <= ended * 1000]
     # the slots of "edited" due while editing: its grid (the first slot sent, before the
     # edits, plus whole seconds) within the window
-    grid = [d for d in range(slots["edited"][0], round(ended * 1000) + 1, 1000)
-            if d >= began * 1000]
+    grid = [
+        d for d in range(slots["edited"][0], round(ended * 1000) + 1, 1000) if d >= began * 1000
+    ]
     late = {tid: s for tid, s in lateness(logged_sends(logs)).items() if tid.startswith("edited:")}
     late_window = [s for tid, s in late.items() if began <= int(tid.split(":")[1]) / 1000 <= ended]
-    counts = {name: RedBeatSchedulerEntry.from_key(f"redbeat:{name}", app=app).total_run_count
-              for name in EVERY}
-    print(f"\nedit race: {saves} saves in {ended - began:.1f}s "
-          f"({(ended - began) / saves * 1000:.1f} ms apart); {len(messages)} messages; "
-          f"slots per entry {({n: len(s) for n, s in slots.items()})}; run counts {counts}; "
-          f"edited slots due while editing {len(in_window)} of {len(grid)}; "
-          f"edited send lateness median {statistics.median(late_window) * 1000:.0f} ms, "
-          f"max {max(late_window) * 1000:.0f} ms, "
-          f"{sum(s > 0.25 for s in late_window)} sent >250 ms late; "
-          f"pending at the end {sorted(pending)}; exit codes {exits}")
+    counts = {
+        name: RedBeatSchedulerEntry.from_key(f"redbeat:{name}", app=app).total_run_count
+        for name in EVERY
+    }
+    print(
+        f"\nedit race: {saves} saves in {ended - began:.1f}s "
+        f"({(ended - began) / saves * 1000:.1f} ms apart); {len(messages)} messages; "
+        f"slots per entry { ({n: len(s) for n, s in slots.items()}) }; run counts {counts}; "
+        f"edited slots due while editing {len(in_window)} of {len(grid)}; "
+        f"edited send lateness median {statistics.median(late_window) * 1000:.0f} ms, "
+        f"max {max(late_window) * 1000:.0f} ms, "
+        f"{sum(s > 0.25 for s in late_window)} sent >250 ms late; "
+        f"pending at the end {sorted(pending)}; exit codes {exits}"
+    )
 
     assert repeated_ids(messages) == {}
     assert all(len(ids) == 1 for ids in ids_per_due_time(messages).values())
@@ -139,8 +156,7 @@ def test_a_tick_that_left_an_edited_claim_ticks_again_at_once(app):
     asks to run again at once: sleeping until the next due entry would let the edited
     entry's next slot come due too, and the two be coalesced into one run."""
     clock = Clock()
-    RedBeatSchedulerEntry("edited", "tasks.x", 1.0, args=["v0"], app=app,
-                          last_run_at=at(-1)).save()
+    RedBeatSchedulerEntry("edited", "tasks.x", 1.0, args=["v0"], app=app, last_run_at=at(-1)).save()
     RedBeatSchedulerEntry("steady", "tasks.x", 7.5, app=app, last_run_at=at(-7)).save()
     scheduler = leading_scheduler(app, clock)
     real_commit = scheduler.store.commit
@@ -155,7 +171,8 @@ def test_a_tick_that_left_an_edited_claim_ticks_again_at_once(app):
     scheduler.store.commit = real_commit
     scheduler.tick()
     assert [(m.name, m.options["task_id"], m.args) for m in scheduler.messages] == [
-        ("edited", f"edited:{round(T0 * 1000)}", ["v1"])]
+        ("edited", f"edited:{round(T0 * 1000)}", ["v1"])
+    ]
     scheduler.close()
 
 

@@ -49,8 +49,10 @@ class Row(NamedTuple):
         so commit.lua leaves the entry to the next tick."""
         if not self.watched:
             return fingerprint(self.definition, self.meta)
-        return fingerprint(self.definition, self.meta) + hashlib.sha1(
-            (self.run or "").encode("utf-8", "surrogateescape")).hexdigest()
+        return (
+            fingerprint(self.definition, self.meta)
+            + hashlib.sha1((self.run or "").encode("utf-8", "surrogateescape")).hexdigest()
+        )
 
 
 class Op(NamedTuple):
@@ -68,7 +70,13 @@ class Op(NamedTuple):
 
     def as_json(self) -> list[Any]:
         """The operation as commit.lua reads it (see its header)."""
-        return [self.kind, self.key, self.fingerprint, repr(self.score), self.expire,
-                [text for pair in self.fields for text in pair],
-                [text for pair in self.slots for text in pair],
-                [text for pair in self.records for text in pair]]
+        return [
+            self.kind,
+            self.key,
+            self.fingerprint,
+            repr(self.score),
+            self.expire,
+            [text for pair in self.fields for text in pair],
+            [text for pair in self.slots for text in pair],
+            [text for pair in self.records for text in pair],
+        ]
