@@ -22,6 +22,7 @@ import pytest
 
 from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
+from redbeat.entry_fields import meta_json
 from redbeat.policy import EntryPolicy
 from redbeat.schedulers import get_redis
 from support.broker_audit import (
@@ -187,3 +188,34 @@ def test_a_resave_keeps_the_next_run_of_the_stored_history(app):
     assert get_redis(app).zscore("redbeat::schedule", "redbeat:kept") == score
     RedBeatSchedulerEntry("kept", "tasks.x", 10.0, args=[2], app=app).save()  # faster now
     assert get_redis(app).zscore("redbeat::schedule", "redbeat:kept") == score - 50
+
+
+@pytest.mark.parametrize("changed", ["definition", "meta", "meta deleted"])
+def test_a_commit_leaves_alone_an_entry_whose_definition_or_meta_alone_changed(app, changed):
+    """The fingerprint is the definition's sha1 then the meta's: a change to either one
+    since the read (another node's meta, a raw write of the definition as code written
+    for 2.4.2 does) leaves the entry to the next tick, which sends its slot once."""
+    clock = Clock()
+    entry = RedBeatSchedulerEntry("job", "tasks.x", 1.0, app=app, last_run_at=at(-1)).save()
+    scheduler = leading_scheduler(app, clock)
+    client = get_redis(app)
+    real_commit = scheduler.store.commit
+
+    def change_then_commit(*args: Any) -> Any:
+        if changed == "definition":
+            text = client.hget(entry.key, "definition")
+            client.hset(entry.key, "definition", text.replace('"args": null', '"args": [7]'))
+        elif changed == "meta":  # the same last run, another count
+            client.hset(entry.key, "meta", meta_json(at(-1), 5))
+        else:
+            client.hdel(entry.key, "meta")
+        return real_commit(*args)
+
+    scheduler.store.commit = change_then_commit
+    assert scheduler.tick() == 0.0 and scheduler.sent == []
+    scheduler.store.commit = real_commit
+    scheduler.tick()
+    assert [(m.options["task_id"], m.args) for m in scheduler.messages] == [
+        (f"job:{round(T0 * 1000)}", [7] if changed == "definition" else None)
+    ]
+    scheduler.close()

@@ -11,16 +11,23 @@ import hashlib
 from typing import Any, NamedTuple
 
 
-def fingerprint(definition: str | None, meta: str | None) -> str:
-    """What commit.lua compares to know an entry is unchanged since it was read."""
-    text = (definition or "") + "\n" + (meta or "")
+def _sha1(text: str) -> str:
+    """The sha1 of ``text``'s bytes as read from Redis (``redis.sha1hex`` of the same)."""
     return hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def fingerprint(definition: str | None, meta: str | None) -> str:
+    """What commit.lua compares to know an entry is unchanged since it was read: the
+    sha1 of its definition, then of its meta. Two digests, not one of both: the first is
+    also the name of the held copy of a claimed slot's definition, so commit.lua checks
+    the definition with the one digest it computes anyway."""
+    return _sha1(definition or "") + _sha1(meta or "")
 
 
 def definition_sha1(definition: str) -> str:
     """The name a pending record gives the definition it was claimed from (commit.lua's
     ``redis.sha1hex`` of the same bytes): held slots share one stored copy per text."""
-    return hashlib.sha1(definition.encode("utf-8", "surrogateescape")).hexdigest()
+    return _sha1(definition)
 
 
 class Row(NamedTuple):
@@ -44,15 +51,12 @@ class Row(NamedTuple):
 
     @property
     def fingerprint(self) -> str:
-        """For a watched row, the ``run`` field's sha1 follows (80 hex digits): a worker
+        """For a watched row, the ``run`` field's sha1 follows (120 hex digits): a worker
         reporting between the read and the commit changes what the plan was made from,
         so commit.lua leaves the entry to the next tick."""
         if not self.watched:
             return fingerprint(self.definition, self.meta)
-        return (
-            fingerprint(self.definition, self.meta)
-            + hashlib.sha1((self.run or "").encode("utf-8", "surrogateescape")).hexdigest()
-        )
+        return fingerprint(self.definition, self.meta) + _sha1(self.run or "")
 
 
 class Op(NamedTuple):

@@ -1,9 +1,10 @@
 -- Apply one tick's decisions, only while this node still holds the lock.
--- Each operation names the fingerprint (sha1 of definition, newline, meta) of the
--- entry it was computed from; an entry edited or deleted since tick.lua read it is
--- left alone and is read again by the next tick. For an entry whose policy waits for
--- its runs the sha1 of its 'run' field follows (80 hex digits): a worker's report since
--- the read leaves it alone too.
+-- Each operation names the fingerprint (the sha1 of the definition, then the sha1 of the
+-- meta: 80 hex digits) of the entry it was computed from; an entry edited or deleted
+-- since tick.lua read it is left alone and is read again by the next tick. For an entry
+-- whose policy waits for its runs the sha1 of its 'run' field follows (120 hex digits):
+-- a worker's report since the read leaves it alone too. (The definition's own sha1 is
+-- also the name of its held copy: one digest of it checks the entry and names the copy.)
 --
 -- KEYS[1] - schedule sorted set
 -- KEYS[2] - lock key
@@ -120,14 +121,14 @@ for _, op in ipairs(cjson.decode(ARGV[5])) do
   else
     local current = redis.call('HMGET', key, 'definition', 'meta', 'quarantine', 'history:0',
                                'run')
-    local unchanged = current[1] and
-      sha1hex(current[1] .. '\n' .. (current[2] or '')) == string.sub(fingerprint, 1, 40)
-      and (#fingerprint == 40 or sha1hex(current[5] or '') == string.sub(fingerprint, 41))
+    local sha = current[1] and sha1hex(current[1])
+    local unchanged = sha == string.sub(fingerprint, 1, 40)
+      and sha1hex(current[2] or '') == string.sub(fingerprint, 41, 80)
+      and (#fingerprint == 80 or sha1hex(current[5] or '') == string.sub(fingerprint, 81))
     if unchanged or (kind == 'quarantine' and not current[1]) then
       write_fields(key, fields)
       if kind == 'update' then
         if #slots > 0 then
-          local sha = sha1hex(current[1])
           texts[sha] = current[1]
           local message_head = '{"key": ' .. cjson.encode(key) .. ', "definition_sha1": "' ..
             sha .. '", "due": '
