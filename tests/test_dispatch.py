@@ -6,6 +6,7 @@ redis-server (it confirms sends that ended late and records refusals)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import datetime, timezone
@@ -347,3 +348,43 @@ def test_a_broker_that_does_not_answer_leaves_nothing_drafted_and_raises_nothing
         finally:
             os.kill(broker.process.pid, signal.SIGCONT)
         assert drafts == {}
+
+
+def test_a_quiet_broker_is_pinged_while_the_commit_runs_and_not_again_before_the_send(
+    redis_server,
+):
+    """A Redis broker quiet for a while is pinged before a send (a hung one is found by a
+    ping that writes nothing); that ping goes out while the commit runs, on the publishing
+    thread, so the send after the commit needs no round trip of its own."""
+    from support.recording import T0, at
+    from support.redis_server import RedisServer
+    from support.waiting import wait_until
+
+    with RedisServer() as broker:
+        app = make_app(redis_server.url, broker_url=broker.url)
+        RedBeatSchedulerEntry("job", "tasks.job", 1.0, app=app, last_run_at=at(-1)).save()
+        scheduler = RedBeatScheduler(app, clock=Clock())
+        assert scheduler.producer is not None  # connected, as beat is at start
+        scheduler.tick()  # takes the lock
+        watcher = broker.client()
+        watcher.config_resetstat()
+
+        def pings() -> int:
+            return int(watcher.info("commandstats").get("cmdstat_ping", {}).get("calls", 0))
+
+        real_commit = scheduler.store.commit
+        at_commit = []
+
+        def commit_once_pinged(*args: Any) -> Any:
+            wait_until(lambda: pings() >= 1, 30, "the broker pinged during the commit")
+            at_commit.append(pings())
+            return real_commit(*args)
+
+        scheduler.store.commit = commit_once_pinged
+        scheduler.tick()
+        scheduler.store.commit = real_commit
+        assert pings() == at_commit[0]  # none after the commit
+        assert [json.loads(raw)["headers"]["id"] for raw in watcher.lrange("celery", 0, -1)] == [
+            f"job:{round(T0 * 1000)}"
+        ]
+        scheduler.close()

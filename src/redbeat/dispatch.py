@@ -287,9 +287,11 @@ class Dispatcher:
         on its own core for about as long as drafting takes here, so the commit waits on
         its socket on a thread of its own while this one drafts; nothing is announced or
         sent before the commit has recorded the claims. Nothing is drafted for a broker
-        that is down or slots that leave one by one."""
+        that is down or slots that leave one by one. A broker that has been quiet is
+        pinged meanwhile (:meth:`_probe_ahead`)."""
         if not claims or self.broker_down or not self.batched(path):
             return commit(), {}
+        self._probe_ahead()
         outcome: list[Any] = []
 
         def run() -> None:
@@ -307,6 +309,20 @@ class Dispatcher:
         if isinstance(outcome[0], BaseException):
             raise outcome[0]
         return outcome[0], drafts
+
+    def _probe_ahead(self) -> None:
+        """Hand the publishing thread a job without slots when the broker has been quiet
+        for PROBE_AFTER: :meth:`_send_checked` pings it while the commit runs, so the send
+        of the claims, which follows on that thread, finds it answered just now and goes
+        out without a ping of its own (a round trip after the commit, before the first
+        message). Not behind a send the tick gave up on: that one decides first; nor
+        before a producer exists: the drafting makes it, on this thread, not raced for."""
+        if (
+            self._producer is not None
+            and self.monotonic() - self._broker_answered_at > PROBE_AFTER
+            and not self._waiting_on_broker()
+        ):
+            self._send_queue().put(SendJob([]))
 
     def draft(self, claims: list[Claim]) -> Drafts:
         """The claims' drafts by task id; one that cannot be drafted is left out (built
