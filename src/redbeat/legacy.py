@@ -25,7 +25,6 @@ import json
 import math
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from json.decoder import scanstring
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -267,7 +266,8 @@ def wrap(text: str, name: str | None = None) -> str:
 
 
 #: How the definitions entries write begin (their ``definition`` names the entry first).
-_NAME_FIRST = '{"name": "'
+_NAME_FIRST = '{"name": '
+_DECODER = json.JSONDecoder()
 
 
 def _readable_whatever_its_name(text: str) -> bool:
@@ -280,10 +280,11 @@ def _readable_whatever_its_name(text: str) -> bool:
     if not text.startswith(_NAME_FIRST):
         return False
     try:
-        _, end = scanstring(text, len(_NAME_FIRST))
+        name, end = _DECODER.raw_decode(text, len(_NAME_FIRST))
     except ValueError:
         return False
-    return text.startswith(", ", end) and _rest_readable(text[end + 2:])
+    return isinstance(name, str) and text.startswith(", ", end) and \
+        _rest_readable(text[end + 2:])
 
 
 @functools.lru_cache(maxsize=256)

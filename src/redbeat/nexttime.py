@@ -108,10 +108,10 @@ def clock_now(schedule: Any, app: Any) -> datetime:
     if schedule:
         if getattr(schedule, "nowfun", None) is not None or \
                 getattr(type(schedule), "now", None) is not celery_schedules.BaseSchedule.now:
-            return schedule.now()  # type: ignore[no-any-return]
+            return schedule.now()
         app = schedule.app
     if getattr(type(app), "now", None) is not Celery.now or "now" in vars(app):
-        return app.now()  # type: ignore[no-any-return]
+        return app.now()
     return datetime.now(app.timezone)
 
 
@@ -925,7 +925,7 @@ def _kept_next(cron: celery_schedules.crontab, after: datetime) -> datetime | No
     kept = cron.__dict__.get("_redbeat_next")
     if kept is not None and kept[0] is fields and kept[1] is zone and \
             kept[2] <= after < kept[3]:
-        return kept[3]  # type: ignore[no-any-return]
+        return kept[3]
     run = cron_next(cron, after, zone)
     if run is not None:
         cron.__dict__["_redbeat_next"] = (fields, zone, after, run)
