@@ -16,9 +16,21 @@ from redbeat.schedulers import SWEEP_EVERY, get_redis
 from redbeat.schedules import clocked
 from support.recording import T0, Clock, at, leader
 
-UNKNOWN_ZONE = json.dumps({"start_time": {
-    "__type__": "datetime", "year": 2030, "month": 1, "day": 1, "hour": 0, "minute": 0,
-    "second": 0, "microsecond": 0, "timezone": "Mars/Olympus"}})
+UNKNOWN_ZONE = json.dumps(
+    {
+        "start_time": {
+            "__type__": "datetime",
+            "year": 2030,
+            "month": 1,
+            "day": 1,
+            "hour": 0,
+            "minute": 0,
+            "second": 0,
+            "microsecond": 0,
+            "timezone": "Mars/Olympus",
+        }
+    }
+)
 
 
 def names(scheduler):
@@ -72,11 +84,30 @@ def test_one_off_in_the_past_runs_once_when_beat_starts(app):
 
 def test_one_off_raw_json(app):
     client = get_redis(app)
-    client.hset("redbeat:raw-once", "definition", json.dumps({
-        "name": "raw-once", "task": "tasks.once",
-        "schedule": {"__type__": "clocked", "run_at": {
-            "__type__": "datetime", "year": 2026, "month": 11, "day": 23, "hour": 12,
-            "minute": 0, "second": 3, "microsecond": 0, "timezone": "UTC"}}}))
+    client.hset(
+        "redbeat:raw-once",
+        "definition",
+        json.dumps(
+            {
+                "name": "raw-once",
+                "task": "tasks.once",
+                "schedule": {
+                    "__type__": "clocked",
+                    "run_at": {
+                        "__type__": "datetime",
+                        "year": 2026,
+                        "month": 11,
+                        "day": 23,
+                        "hour": 12,
+                        "minute": 0,
+                        "second": 3,
+                        "microsecond": 0,
+                        "timezone": "UTC",
+                    },
+                },
+            }
+        ),
+    )
     client.zadd("redbeat::schedule", {"redbeat:raw-once": 0})
     clock = Clock(T0 + 10)
     scheduler = leader(app, clock)
@@ -86,8 +117,15 @@ def test_one_off_raw_json(app):
 
 def test_start_and_end_time(app):
     clock = Clock()
-    RedBeatSchedulerEntry("window", "tasks.w", 10.0, start_time=at(100), end_time=at(125),
-                          app=app, last_run_at=at(-10)).save()
+    RedBeatSchedulerEntry(
+        "window",
+        "tasks.w",
+        10.0,
+        start_time=at(100),
+        end_time=at(125),
+        app=app,
+        last_run_at=at(-10),
+    ).save()
     scheduler = leader(app, clock)
     for now in (0, 50, 99, 100, 110, 120, 130, 200):
         clock.now = T0 + now
@@ -99,8 +137,9 @@ def test_start_and_end_time(app):
 def test_misfire_grace_skips_a_late_slot_and_records_it(app):
     clock = Clock()
     # slots at -280, -220, -160, -100, -40: the latest is 40 s late
-    RedBeatSchedulerEntry("strict", "tasks.s", 60.0, last_run_at=at(-340),
-                          misfire_grace_time=30, app=app).save()
+    RedBeatSchedulerEntry(
+        "strict", "tasks.s", 60.0, last_run_at=at(-340), misfire_grace_time=30, app=app
+    ).save()
     RedBeatSchedulerEntry("lenient", "tasks.l", 60.0, last_run_at=at(-340), app=app).save()
     scheduler = leader(app, clock)
     scheduler.tick()
@@ -123,8 +162,9 @@ def test_global_misfire_grace_default(redis_server):
 
 
 def test_without_coalescing_each_missed_slot_runs_up_to_the_bound(app):
-    RedBeatSchedulerEntry("each", "tasks.e", 60.0, last_run_at=at(-60 * 10), coalesce=False,
-                          max_catch_up=3, app=app).save()
+    RedBeatSchedulerEntry(
+        "each", "tasks.e", 60.0, last_run_at=at(-60 * 10), coalesce=False, max_catch_up=3, app=app
+    ).save()
     scheduler = leader(app, Clock())
     scheduler.tick()
     assert names(scheduler) == [f"each:{round((T0 + s) * 1000)}" for s in (-120, -60, 0)]
@@ -137,8 +177,9 @@ def test_without_coalescing_each_missed_slot_runs_up_to_the_bound(app):
 def test_jitter_delays_the_send_but_keeps_the_slot_id(app):
     clock = Clock()
     for i in range(20):
-        RedBeatSchedulerEntry(f"j{i}", "tasks.j", 3600.0, last_run_at=at(-3600), jitter=30,
-                              app=app).save()
+        RedBeatSchedulerEntry(
+            f"j{i}", "tasks.j", 3600.0, last_run_at=at(-3600), jitter=30, app=app
+        ).save()
     scheduler = leader(app, clock)
     sent_at = {}
     for step in range(0, 32):
@@ -163,20 +204,34 @@ def test_entries_without_policy_stay_242_compatible(app):
     stored = json.loads(get_redis(app).hget("redbeat:windowed", "policy"))
     assert list(stored) == ["end_time"] and stored["end_time"]["__type__"] == "datetime"
     definition = json.loads(get_redis(app).hget("redbeat:windowed", "definition"))
-    assert set(definition) == {"name", "task", "args", "kwargs", "options", "schedule",
-                               "enabled"}
+    assert set(definition) == {"name", "task", "args", "kwargs", "options", "schedule", "enabled"}
 
 
-@pytest.mark.parametrize("policy", ['{"jitter": -1}', '{"color": "red"}', '[1]',
-                                    '{"coalesce": "yes"}', '{"max_catch_up": 0}',
-                                    UNKNOWN_ZONE, UNKNOWN_ZONE.replace('"Mars/Olympus"', '1e9')])
+@pytest.mark.parametrize(
+    "policy",
+    [
+        '{"jitter": -1}',
+        '{"color": "red"}',
+        "[1]",
+        '{"coalesce": "yes"}',
+        '{"max_catch_up": 0}',
+        UNKNOWN_ZONE,
+        UNKNOWN_ZONE.replace('"Mars/Olympus"', "1e9"),
+    ],
+)
 def test_bad_policy_is_poison(app, policy):
     """An unknown zone in a start_time (a KeyError, not a ValueError) escaped as is, and
     `redbeat list`, `show` and the web's table failed for every entry, exit 5."""
     with pytest.raises(InvalidEntry):
-        RedBeatSchedulerEntry.decode(app, "redbeat:x", json.dumps({
-            "name": "x", "task": "t", "schedule": {"__type__": "interval", "every": 1}}),
-            None, policy=policy)
+        RedBeatSchedulerEntry.decode(
+            app,
+            "redbeat:x",
+            json.dumps(
+                {"name": "x", "task": "t", "schedule": {"__type__": "interval", "every": 1}}
+            ),
+            None,
+            policy=policy,
+        )
 
 
 def test_a_grace_of_any_size_is_a_grace():
@@ -188,10 +243,15 @@ def test_a_grace_of_any_size_is_a_grace():
 
 
 def test_policy_round_trip():
-    policy = EntryPolicy(start_time=datetime(2026, 1, 1, tzinfo=timezone.utc),
-                         end_time=datetime(2027, 1, 1, tzinfo=timezone.utc),
-                         misfire_grace_time=30, coalesce=False, max_catch_up=5, jitter=2.5,
-                         ttl=86400)
+    policy = EntryPolicy(
+        start_time=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        end_time=datetime(2027, 1, 1, tzinfo=timezone.utc),
+        misfire_grace_time=30,
+        coalesce=False,
+        max_catch_up=5,
+        jitter=2.5,
+        ttl=86400,
+    )
     assert EntryPolicy.from_json(policy.to_json()) == policy
     assert EntryPolicy().to_json() is None
     assert EntryPolicy.from_json(None) == EntryPolicy()
@@ -204,15 +264,27 @@ def test_catch_up_of_a_dense_rrule_after_long_downtime(app):
     from redbeat.schedules import rrule
 
     start = at(-2 * 86400)
-    RedBeatSchedulerEntry("dense", "tasks.d", rrule("SECONDLY", dtstart=start), app=app,
-                          last_run_at=start).save()
-    RedBeatSchedulerEntry("dense-each", "tasks.d", rrule("SECONDLY", dtstart=start), app=app,
-                          last_run_at=start, coalesce=False, max_catch_up=2).save()
+    RedBeatSchedulerEntry(
+        "dense", "tasks.d", rrule("SECONDLY", dtstart=start), app=app, last_run_at=start
+    ).save()
+    RedBeatSchedulerEntry(
+        "dense-each",
+        "tasks.d",
+        rrule("SECONDLY", dtstart=start),
+        app=app,
+        last_run_at=start,
+        coalesce=False,
+        max_catch_up=2,
+    ).save()
     scheduler = leader(app, Clock())
     scheduler.tick()
-    assert sorted(names(scheduler)) == sorted([
-        f"dense:{round(T0 * 1000)}", f"dense-each:{round((T0 - 1) * 1000)}",
-        f"dense-each:{round(T0 * 1000)}"])
+    assert sorted(names(scheduler)) == sorted(
+        [
+            f"dense:{round(T0 * 1000)}",
+            f"dense-each:{round((T0 - 1) * 1000)}",
+            f"dense-each:{round(T0 * 1000)}",
+        ]
+    )
     assert not get_redis(app).hexists("redbeat:dense", "misfires")  # coalesced, not skipped
     record = json.loads(get_redis(app).hget("redbeat:dense-each", "misfires"))
     assert record["skipped"] == 2 * 86400 - 2  # every missed second but the two run
@@ -231,20 +303,25 @@ def test_jitter_neither_pushes_an_entry_back_nor_parks_it_unrun(app, meta):
     client = get_redis(app)
     clock = Clock()
     every_10 = rrule("SECONDLY", interval=10, dtstart=at(0))
-    for name, rules in (("plain", EntryPolicy(jitter=2.0)),
-                        ("windowed", EntryPolicy(jitter=2.0, end_time=at(45)))):
-        entry = RedBeatSchedulerEntry(name, "tasks.j", every_10, app=app, last_run_at=at(0),
-                                      policy=rules)
+    for name, rules in (
+        ("plain", EntryPolicy(jitter=2.0)),
+        ("windowed", EntryPolicy(jitter=2.0, end_time=at(45))),
+    ):
+        entry = RedBeatSchedulerEntry(
+            name, "tasks.j", every_10, app=app, last_run_at=at(0), policy=rules
+        )
         entry.save()
         if meta == "never ran":
             client.hset(entry.key, "meta", json.dumps({"last_run_at": None}))
-            client.zadd("redbeat::schedule",
-                        {entry.key: to_score(at(10) + rules.delay(name, at(10)))})
+            client.zadd(
+                "redbeat::schedule", {entry.key: to_score(at(10) + rules.delay(name, at(10)))}
+            )
     scheduler = leader(app, clock)
     sent: dict[str, list[float]] = {"plain": [], "windowed": []}
     while True:
-        score = min(s for _, s in client.zrange("redbeat::schedule", 0, -1, withscores=True)
-                    if s > 0)
+        score = min(
+            s for _, s in client.zrange("redbeat::schedule", 0, -1, withscores=True) if s > 0
+        )
         if score > T0 + 62:
             break
         before = len(scheduler.sent)
@@ -267,23 +344,39 @@ def _seconds_after(base: datetime, *offsets: float) -> list[datetime]:
 BASE = datetime(2027, 6, 1, 9, 0, tzinfo=timezone.utc)
 
 
-@pytest.mark.parametrize(("every", "now", "rules", "expected", "dropped"), [
-    # an interval that does not divide a minute: the runs kept are its own (found by the
-    # simulator: the tail was walked from latest - 60 s, off the chain, and stayed off)
-    (11.0, 380.3, {"coalesce": False, "max_catch_up": 4}, (341, 352, 363, 374), 31),
-    (11.0, 380.3, {}, (374,), 0),
-    (7.0, 3 * 3600 + 0.5, {"coalesce": False, "max_catch_up": 2}, (10787, 10794), 1541),
-    # a catch-up after the window closed runs the window's last slot, never one past it
-    (60.0, 600.0, {"end_time": BASE + timedelta(seconds=250)}, (240,), 0),
-    (60.0, 600.0, {"end_time": BASE + timedelta(seconds=250), "coalesce": False,
-                   "max_catch_up": 2}, (180, 240), 3),
-], ids=["bounded-11s", "coalesced-11s", "bounded-7s-hours", "coalesced-past-end",
-        "bounded-past-end"])
-def test_missed_slots_are_the_entrys_own_runs_inside_its_window(every, now, rules, expected,
-                                                              dropped):
+@pytest.mark.parametrize(
+    ("every", "now", "rules", "expected", "dropped"),
+    [
+        # an interval that does not divide a minute: the runs kept are its own (found by the
+        # simulator: the tail was walked from latest - 60 s, off the chain, and stayed off)
+        (11.0, 380.3, {"coalesce": False, "max_catch_up": 4}, (341, 352, 363, 374), 31),
+        (11.0, 380.3, {}, (374,), 0),
+        (7.0, 3 * 3600 + 0.5, {"coalesce": False, "max_catch_up": 2}, (10787, 10794), 1541),
+        # a catch-up after the window closed runs the window's last slot, never one past it
+        (60.0, 600.0, {"end_time": BASE + timedelta(seconds=250)}, (240,), 0),
+        (
+            60.0,
+            600.0,
+            {"end_time": BASE + timedelta(seconds=250), "coalesce": False, "max_catch_up": 2},
+            (180, 240),
+            3,
+        ),
+    ],
+    ids=[
+        "bounded-11s",
+        "coalesced-11s",
+        "bounded-7s-hours",
+        "coalesced-past-end",
+        "bounded-past-end",
+    ],
+)
+def test_missed_slots_are_the_entrys_own_runs_inside_its_window(
+    every, now, rules, expected, dropped
+):
     from celery.schedules import schedule
 
     policy = EntryPolicy(**rules)
-    slots, skipped = policy.missed(schedule(timedelta(seconds=every)), BASE,
-                                   BASE + timedelta(seconds=now))
+    slots, skipped = policy.missed(
+        schedule(timedelta(seconds=every)), BASE, BASE + timedelta(seconds=now)
+    )
     assert (slots, skipped) == (_seconds_after(BASE, *expected), dropped)

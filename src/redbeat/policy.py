@@ -73,14 +73,22 @@ class EntryPolicy:
     def __post_init__(self) -> None:
         # A grace is only compared with a lateness: any size will do (the app-wide
         # redbeat_misfire_grace_time is one too); a jitter or ttl is added to a time.
-        for name, most in (("misfire_grace_time", math.inf), ("jitter", MAX_SECONDS),
-                           ("ttl", MAX_SECONDS), ("lost_after", MAX_SECONDS)):
+        for name, most in (
+            ("misfire_grace_time", math.inf),
+            ("jitter", MAX_SECONDS),
+            ("ttl", MAX_SECONDS),
+            ("lost_after", MAX_SECONDS),
+        ):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or
-                                      not isinstance(value, (int, float)) or
-                                      not 0 <= value <= most):  # NaN too
-                raise ValueError(f"policy {name!r} must be a number of seconds >= 0"
-                                 + (f", at most {most}" if most < math.inf else ""))
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 <= value <= most
+            ):  # NaN too
+                raise ValueError(
+                    f"policy {name!r} must be a number of seconds >= 0"
+                    + (f", at most {most}" if most < math.inf else "")
+                )
         for name, allowed in (("relative_to", RELATIVE_TO), ("overlap", OVERLAP)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"policy {name!r} must be one of: {', '.join(allowed)}")
@@ -88,8 +96,11 @@ class EntryPolicy:
             raise ValueError("policy 'lost_after' must be more than 0 seconds")
         if not isinstance(self.coalesce, bool):
             raise ValueError("policy 'coalesce' must be true or false")
-        if isinstance(self.max_catch_up, bool) or not isinstance(self.max_catch_up, int) \
-                or not 1 <= self.max_catch_up <= MAX_CATCH_UP_LIMIT:
+        if (
+            isinstance(self.max_catch_up, bool)
+            or not isinstance(self.max_catch_up, int)
+            or not 1 <= self.max_catch_up <= MAX_CATCH_UP_LIMIT
+        ):
             raise ValueError(f"policy 'max_catch_up' must be 1..{MAX_CATCH_UP_LIMIT}")
         for name in ("start_time", "end_time"):
             value = getattr(self, name)
@@ -102,8 +113,9 @@ class EntryPolicy:
         """The ``policy`` field, or None when every value is the default."""
         if self == DEFAULT:
             return None  # most entries: every save asks
-        changed = {name: value for name, value in asdict(self).items()
-                   if value != getattr(DEFAULT, name)}
+        changed = {
+            name: value for name, value in asdict(self).items() if value != getattr(DEFAULT, name)
+        }
         return decoder.dumps(changed) if changed else None
 
     @classmethod
@@ -193,9 +205,9 @@ class EntryPolicy:
             # the entry's own run at or before the window's start: an interval's runs
             # are a chain from ``due``, which a run "at or after start" would leave
             first = due if start == due else latest_slot(schedule, due, start)
-            kept: deque[datetime] = deque(slots_between(schedule, first, latest,
-                                                        limit=COUNT_LIMIT),
-                                          maxlen=self.max_catch_up)
+            kept: deque[datetime] = deque(
+                slots_between(schedule, first, latest, limit=COUNT_LIMIT), maxlen=self.max_catch_up
+            )
             if len(kept) == self.max_catch_up or start == due:
                 return list(kept), total - len(kept)
         return [latest], total - 1
@@ -218,8 +230,9 @@ def _parse_policy(text: str) -> EntryPolicy:
     return EntryPolicy._parse(text)
 
 
-def misfire_record(previous: str | None, skipped: int, last_skipped: datetime | None,
-                   reason: str = "late") -> str | None:
+def misfire_record(
+    previous: str | None, skipped: int, last_skipped: datetime | None, reason: str = "late"
+) -> str | None:
     """The ``misfires`` field after this tick: how many slots were skipped and the last
     one; slots skipped for another reason than "late" (past the misfire grace time or
     the catch-up bound) are also counted under their reason ("overlap": the previous
