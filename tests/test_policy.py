@@ -380,3 +380,17 @@ def test_missed_slots_are_the_entrys_own_runs_inside_its_window(
         schedule(timedelta(seconds=every)), BASE, BASE + timedelta(seconds=now)
     )
     assert (slots, skipped) == (_seconds_after(BASE, *expected), dropped)
+
+
+def test_the_default_grace_makes_one_policy_per_policy_and_grace():
+    """A tick asks every due entry's policy for the app's default grace: the answer is
+    the policy with that grace, one object per policy and grace, and a policy with its
+    own grace keeps it."""
+    start = datetime(2027, 1, 1, tzinfo=timezone.utc)
+    stored = EntryPolicy(start_time=start, jitter=5.0)
+    graced = stored.with_default_grace(30.0)
+    assert graced == EntryPolicy(start_time=start, jitter=5.0, misfire_grace_time=30.0)
+    assert EntryPolicy(start_time=start, jitter=5.0).with_default_grace(30.0) is graced
+    assert stored.with_default_grace(None) is stored
+    own = EntryPolicy(misfire_grace_time=10.0)
+    assert own.with_default_grace(30.0) is own
