@@ -58,8 +58,18 @@ _lock = threading.Lock()
 _violations: list[Violation] = []
 
 
+#: Module name -> whether it passes through: every command walks several frames, and the
+#: answer for a module never changes (a dictionary look-up instead of three prefix tests
+#: per frame; the walk was 7% of the simulator's CPU).
+_through: dict[str, bool] = {}
+
+
 def _passes_through(module: str) -> bool:
-    return any(module == name or module.startswith(name + ".") for name in PASS_THROUGH)
+    found = _through.get(module)
+    if found is None:
+        found = _through[module] = any(module == name or module.startswith(name + ".")
+                                       for name in PASS_THROUGH)
+    return found
 
 
 def sender(frame: FrameType | None) -> tuple[str, str, int] | None:
