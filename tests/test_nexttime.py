@@ -93,6 +93,14 @@ def test_first_due(schedule_, now, expected):
         (rrule("DAILY", dtstart=utc(2025, 1, 1, 9)), utc(2025, 1, 1, 9), utc(2026, 6, 1, 12),
          utc(2026, 6, 1, 9)),
         (cron(minute=0, hour=3), utc(2026, 1, 1, 3), utc(2026, 1, 1, 3, 0, 5), utc(2026, 1, 1, 3)),
+        # nothing ran since ``due``: hours later, to the microsecond before the next run,
+        # and after a rule's last run
+        (cron(minute=0, hour=3), utc(2026, 1, 1, 3), utc(2026, 1, 1, 23), utc(2026, 1, 1, 3)),
+        (cron(minute=0, hour=3), utc(2026, 1, 1, 3), utc(2026, 1, 2, 2, 59, 59, 999999),
+         utc(2026, 1, 1, 3)),
+        (cron(minute=0, hour=3), utc(2026, 1, 1, 3), utc(2026, 1, 2, 3), utc(2026, 1, 2, 3)),
+        (rrule("DAILY", dtstart=utc(2026, 1, 1, 9), count=3), utc(2026, 1, 3, 9),
+         utc(2027, 1, 1), utc(2026, 1, 3, 9)),
     ],
 )
 def test_latest_slot_coalesces_to_the_last_missed_run(schedule_, due, now, expected):
