@@ -86,10 +86,13 @@ def far_future(enable_utc: bool) -> Scenario:
 
 def fast_profile() -> list[Scenario]:
     return [
-        calendar("spring-new-york", NEW_YORK, True, LONDON, (2028, 2, 20, 0, 0, 7), 40, 11, 3),
-        calendar("autumn-london", LONDON, False, NEW_YORK, (2027, 10, 20, 3, 0, 0), 20, 12, 2),
-        calendar("lord-howe", LORD_HOWE, True, KOLKATA, (2027, 9, 25, 12, 0, 0), 20, 13, 2),
-        calendar("kolkata", KOLKATA, False, LORD_HOWE, (2028, 3, 25, 0, 30, 0), 15, 14, 2),
+        # each from a few days before its first event to two or three after its last
+        # (Feb 29 and the March month-ends, New York's and London's spring forward;
+        # London's and New York's fall back; Lord Howe's and Kolkata's other zone's)
+        calendar("spring-new-york", NEW_YORK, True, LONDON, (2028, 2, 24, 0, 0, 7), 33, 11, 3),
+        calendar("autumn-london", LONDON, False, NEW_YORK, (2027, 10, 22, 3, 0, 0), 18, 12, 2),
+        calendar("lord-howe", LORD_HOWE, True, KOLKATA, (2027, 9, 27, 12, 0, 0), 16, 13, 2),
+        calendar("kolkata", KOLKATA, False, LORD_HOWE, (2028, 3, 25, 0, 30, 0), 12, 14, 2),
         seconds("seconds-utc", UTC_ZONE, True, 0.75, 15, 3),
         seconds("seconds-kolkata", KOLKATA, False, 0.5, 16, 2),
         *transition_scenarios(every=False),
