@@ -1,12 +1,20 @@
-"""Run a script in a fresh process of another interpreter, without paying its start-up.
+"""Start Python processes without paying an interpreter's start-up for each.
 
-Tests that compare this package with celery-redbeat 2.4.2 run small scripts under each
-interpreter, each script in a process of its own (nothing one leaves behind, such as a
-Celery app or a client, can reach the next). Starting an interpreter that imports Celery
-costs about half a second of CPU, and the suite starts dozens of them. An
-:class:`Interpreter` is one long-lived process of that interpreter that has imported
-Celery, kombu and redis-py once; each script runs in a child it forks, so each still has
-its own process, while the imports are the parent's, already done.
+The suite runs real processes: ``celery beat`` and ``celery worker`` of a test's project,
+and small scripts under this package and under celery-redbeat 2.4.2. Starting an
+interpreter that imports Celery costs about a second of CPU, and the suite starts over a
+hundred. A :class:`Forker` is one long-lived process of an interpreter that has imported
+Celery, kombu and redis-py once; it forks a child for each process asked of it, which
+then becomes what ``python <argv>`` would have been (its own pid, working directory,
+environment, arguments and log), with those imports already done.
+
+The forker has imported this package too (Celery's command line loads its plugins): a
+forker is replaced when a file of the package changed since it started (a tree edited
+while tests run), so a child never runs code older than its package's files.
+
+Each child is the forker's, not the test's: :class:`Forked` answers what tests ask of a
+``subprocess.Popen`` (``pid``, ``poll``, ``wait``, ``returncode``) from the exit code the
+forker writes when it reaps the child. Signals go to the child's own pid, as before.
 """
 
 from __future__ import annotations
@@ -14,135 +22,207 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import select
-import signal
 import subprocess
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-#: The server, run with ``python -c``: one request per line on stdin (the script, its
-#: working directory, the files for its output); on stdout, the child's pid once forked,
-#: then its exit code, a line each.
-SERVER = r"""
-import json, os, sys, traceback
-import celery, celery.beat, kombu, redis  # the start-up the children are spared
+import redbeat
 
-for line in sys.stdin:
+#: The forker, run with ``python -c``; its one argument is the folder for exit codes.
+#: A request is a line of JSON on stdin; the reply, the child's pid on stdout. The child
+#: leaves the loop and ends as an interpreter does (SystemExit, threads joined, atexit).
+SERVER = r"""
+import json, os, runpy, select, sys
+import celery, celery.beat, celery.bin.celery, kombu, redis  # the start-up children are spared
+
+exits = sys.argv[1]
+
+
+def reap():
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        path = os.path.join(exits, str(pid))
+        with open(path + ".part", "w") as out:
+            out.write(str(os.waitstatus_to_exitcode(status)))
+        os.rename(path + ".part", path)
+
+
+def become(request):
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+        target = os.open(path, os.O_WRONLY | os.O_APPEND)
+        os.dup2(target, fd)
+        os.close(target)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    sys.path[:0] = [request["cwd"], *request["path"]]
+    option, target, *rest = request["argv"]
+    sys.argv = ["-c" if option == "-c" else target, *rest]
+    if option == "-c":
+        exec(compile(target, "<string>", "exec"), {"__name__": "__main__"})
+    else:
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+
+
+while True:
+    ready = select.select([sys.stdin], [], [], 0.05)[0]
+    reap()
+    if not ready:
+        continue
+    line = sys.stdin.readline()
+    if not line:
+        break
     request = json.loads(line)
     pid = os.fork()
     if pid == 0:
-        code = 1
-        try:
-            os.chdir(request["cwd"])
-            for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-                target = os.open(path, os.O_WRONLY | os.O_TRUNC)
-                os.dup2(target, fd)
-                os.close(target)
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            sys.argv = ["-c"]
-            exec(compile(request["source"], "<script>", "exec"), {"__name__": "__main__"})
-            code = 0
-        except SystemExit as exit:
-            code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
-            if not isinstance(exit.code, int) and exit.code is not None:
-                print(exit.code, file=sys.stderr)
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-    sys.stdout.write(json.dumps(pid) + "\n")
-    sys.stdout.flush()
-    _, status = os.waitpid(pid, 0)
-    sys.stdout.write(json.dumps(os.waitstatus_to_exitcode(status)) + "\n")
+        become(request)
+        sys.exit(0)
+    sys.stdout.write(f"{pid}\n")
     sys.stdout.flush()
 """
 
 
-@dataclass(frozen=True)
-class Finished:
-    """What a script left: its exit code and its two outputs (as ``subprocess.run``)."""
-
-    returncode: int
-    stdout: str
-    stderr: str
+#: This package's files, as the tests import it.
+PACKAGE = Path(redbeat.__file__).resolve().parent
 
 
-class Interpreter:
-    """One server process of ``python`` with ``pythonpath``; see the module docstring."""
+def package_stamp() -> float:
+    """The newest modification time among the package's files (Lua scripts included;
+    not the bytecode Python writes there)."""
+    return max(path.stat().st_mtime for path in PACKAGE.rglob("*")
+               if path.is_file() and "__pycache__" not in path.parts)
+
+
+class Forker:
+    """One forker process of ``python``, started with ``pythonpath``."""
 
     def __init__(self, python: str, pythonpath: str) -> None:
-        env = {**os.environ, "PYTHONPATH": pythonpath}
-        self.process = subprocess.Popen([python, "-c", SERVER], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, env=env, cwd="/", text=True)
-        self.outputs = Path(tempfile.mkdtemp(prefix="forked-"))
+        self.stamp = package_stamp()
+        self.exits = Path(tempfile.mkdtemp(prefix="forker-"))
+        env = {**os.environ, "PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen([python, "-c", SERVER, str(self.exits)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        env=env, cwd="/", text=True)
+        self.lock = threading.Lock()
 
-    def run(self, source: str, timeout: float = 120, cwd: str = "/") -> Finished:
-        """Run ``source`` as ``python -c`` would, in a child of the server; a script still
-        running after ``timeout`` seconds is killed, and the server stopped (the next call
-        starts another)."""
-        stdout, stderr = self.outputs / "stdout", self.outputs / "stderr"
-        stdout.write_text("")
-        stderr.write_text("")
-        request = {"source": source, "cwd": cwd, "stdout": str(stdout), "stderr": str(stderr)}
+    def start(self, argv: list[str], cwd: str, env: dict[str, str], path: list[str],
+              stdout: str, stderr: str) -> Forked:
+        """A child running ``python <argv>`` in ``cwd`` with ``env``, ``path`` before the
+        forker's own import path, its output appended to the files ``stdout``/``stderr``."""
+        request = {"argv": argv, "cwd": cwd, "env": env, "path": path, "stdout": stdout,
+                   "stderr": stderr}
         assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        deadline = time.monotonic() + timeout
-        child = json.loads(self._line(deadline, stderr))
-        try:
-            code = json.loads(self._line(deadline, stderr))
-        except TimeoutError:
-            os.kill(child, signal.SIGKILL)
-            self.stop()
-            raise
-        return Finished(code, stdout.read_text(), stderr.read_text())
+        with self.lock:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+            reply = self.process.stdout.readline()
+        if not reply:
+            raise RuntimeError(f"the forker of {self.process.args[0]} ended")
+        return Forked(int(reply), argv, self)
 
-    def _line(self, deadline: float, stderr: Path) -> str:
-        """The server's next line, by ``deadline``."""
-        assert self.process.stdout is not None
-        while not select.select([self.process.stdout], [], [], 0.5)[0]:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no exit in time:\n{stderr.read_text()[-3000:]}")
-            if self.process.poll() is not None:
-                break
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the interpreter server ended:\n{stderr.read_text()[-3000:]}")
-        return line
+    def alive(self) -> bool:
+        return self.process.poll() is None
 
     def stop(self) -> None:
-        """End the server."""
-        if self.process.poll() is None:
+        if self.alive():
             self.process.kill()
             self.process.wait(10)
-        for path in self.outputs.iterdir():
-            path.unlink()
-        self.outputs.rmdir()
 
 
-_SERVERS: dict[tuple[str, str], Interpreter] = {}
+class Forked:
+    """A forker's child, with the part of ``subprocess.Popen`` the tests use."""
+
+    def __init__(self, pid: int, args: list[str], forker: Forker) -> None:
+        self.pid = pid
+        self.args = args
+        self.forker = forker
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            exit_file = self.forker.exits / str(self.pid)
+            if exit_file.exists():
+                self.returncode = int(exit_file.read_text())
+            elif not self.forker.alive() and not _exists(self.pid):
+                self.returncode = -9  # reaped by init once its forker was gone: unknown
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            time.sleep(0.02)
+        assert self.returncode is not None
+        return self.returncode
 
 
-def run_script(python: str, pythonpath: str, source: str, timeout: float = 120) -> Finished:
-    """Run ``source`` under ``python`` (with ``pythonpath``) in a process of its own, forked
-    from a server kept for the session."""
-    key = (python, pythonpath)
-    server = _SERVERS.get(key)
-    if server is None or server.process.poll() is not None:
-        server = _SERVERS[key] = Interpreter(python, pythonpath)
+def _exists(pid: int) -> bool:
     try:
-        return server.run(source, timeout)
-    except (TimeoutError, RuntimeError):
-        del _SERVERS[key]
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+_FORKERS: dict[tuple[str, str], Forker] = {}
+_FORKERS_LOCK = threading.Lock()
+
+
+def forker(python: str, pythonpath: str) -> Forker:
+    """The session's forker of ``python`` with ``pythonpath`` (started when first asked)."""
+    with _FORKERS_LOCK:
+        found = _FORKERS.get((python, pythonpath))
+        if found is not None and found.stamp != package_stamp():
+            found.stop()
+        if found is None or not found.alive():
+            found = _FORKERS[(python, pythonpath)] = Forker(python, pythonpath)
+        return found
+
+
+def start(python: str, base: str, argv: list[str], cwd: str, env: dict[str, str],
+          stdout: str, stderr: str) -> Forked:
+    """``python <argv>`` as a fork of the session's forker of ``python`` started with
+    PYTHONPATH ``base`` (where what it imports ahead comes from); the entries of
+    ``env``'s PYTHONPATH come first on the child's import path, as they would."""
+    path = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    return forker(python, base).start(argv, cwd, env, path, stdout, stderr)
+
+
+def run_script(python: str, pythonpath: str, source: str, timeout: float = 120
+               ) -> subprocess.CompletedProcess[str]:
+    """``python -c source`` with PYTHONPATH ``pythonpath`` in a fork, to the end: as
+    ``subprocess.run(..., capture_output=True, text=True)``; killed after ``timeout``."""
+    outputs = Path(tempfile.mkdtemp(prefix="forked-"))
+    stdout, stderr = outputs / "stdout", outputs / "stderr"
+    stdout.touch()
+    stderr.touch()
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    child = start(python, pythonpath, ["-c", source], "/", env, str(stdout), str(stderr))
+    try:
+        code = child.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.kill(child.pid, 9)
         raise
+    finally:
+        out, err = stdout.read_text(), stderr.read_text()
+        for path in (stdout, stderr):
+            path.unlink()
+        outputs.rmdir()
+    return subprocess.CompletedProcess(child.args, code, out, err)
 
 
 @atexit.register
-def _stop_servers() -> None:
-    for server in _SERVERS.values():
-        server.stop()
+def _stop_forkers() -> None:
+    for found in _FORKERS.values():
+        found.stop()

@@ -20,6 +20,8 @@ from typing import Any
 
 import redis
 
+from . import forked
+
 #: Seconds a test waits for a process to reach a line of its log before failing: for
 #: liveness only, so generous (the suite must pass with both cores busy elsewhere).
 LIVENESS = 120.0
@@ -137,7 +139,10 @@ class CeleryProcess:
                  more_env: dict[str, str] | None = None) -> None:
         """``python``: another interpreter (celery-redbeat 2.4.2's), which then sees only
         its own packages and the project dir, never this checkout's ``redbeat``.
-        ``more_env``: more environment (libfaketime's, for a host clock that is off)."""
+        ``more_env``: more environment (libfaketime's, for a host clock that is off).
+        The process is forked from the session's forker of that interpreter
+        (support/forked.py: Celery imported once, not in every process), except with
+        ``more_env``, which may hold what only a new program reads (LD_PRELOAD)."""
         self.name = name
         self.log_path = directory / f"{name}.log"
         env = dict(os.environ)
@@ -149,11 +154,18 @@ class CeleryProcess:
             "PYTHONUNBUFFERED": "1",
             **(more_env or {}),
         })
-        with open(self.log_path, "w") as log:
-            self.process = subprocess.Popen(
-                [python or sys.executable, "-m", "celery", "-A", "beatapp", *args],
-                cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT,
-            )
+        argv = ["-m", "celery", "-A", "beatapp", *args]
+        self.process: subprocess.Popen[bytes] | forked.Forked
+        if more_env:
+            with open(self.log_path, "w") as log:
+                self.process = subprocess.Popen([python or sys.executable, *argv],
+                                                cwd=directory, env=env, stdout=log,
+                                                stderr=subprocess.STDOUT)
+        else:
+            self.log_path.write_text("")
+            self.process = forked.start(python or sys.executable, inherited, argv,
+                                        str(directory), env, str(self.log_path),
+                                        str(self.log_path))
         self.paused = False
 
     @property
