@@ -354,8 +354,8 @@ def test_a_quiet_broker_is_pinged_while_the_commit_runs_and_not_again_before_the
     redis_server,
 ):
     """A Redis broker quiet for a while is pinged before a send (a hung one is found by a
-    ping that writes nothing); that ping goes out while the commit runs, on the publishing
-    thread, so the send after the commit needs no round trip of its own."""
+    ping that writes nothing); that ping goes out on the publishing thread while the tick
+    drafts and commits, so the send after the commit needs no round trip of its own."""
     from support.recording import T0, at
     from support.redis_server import RedisServer
     from support.waiting import wait_until

@@ -280,10 +280,10 @@ def test_a_slot_the_batch_cannot_build_is_sent_by_celery_alongside_the_batch(sch
 
 @pytest.mark.parametrize("listening", [True, False])
 @pytest.mark.parametrize("meanwhile", ["lock taken", "entry edited"])
-def test_messages_made_during_the_commit_go_out_only_once_it_recorded_them(
+def test_messages_made_before_the_commit_go_out_only_once_it_recorded_them(
     scheduler, broker, meanwhile, listening
 ):
-    """The claims' messages are made while Redis runs the commit (only drafted when a
+    """The claims' messages are made before the commit (only drafted when a
     receiver listens to ``before_task_publish``): a claim the commit refuses (the lock
     changed hands, or its entry was edited since the read) gets no signal and no
     message; the others get both, once."""

@@ -417,8 +417,8 @@ class RedBeatScheduler(Scheduler):
         skipped: set[str] = set()
         drafts: Drafts = {}
         committed_at = self.monotonic()  # the lease counts from the asking, not the reply
-        if plan.ops:  # the claims' messages are drafted while commit.lua runs
-            skipped, drafts = self.dispatcher.draft_during(
+        if plan.ops:  # the claims' messages are drafted, then commit.lua records them
+            skipped, drafts = self.dispatcher.draft_then_commit(
                 lambda: self.store.commit(plan.ops, lease, policy.node, now_ts), claims, path)
             if skipped:
                 # edited between the read and the commit: nothing was recorded, so
