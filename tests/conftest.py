@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from celery import Celery
@@ -88,3 +89,16 @@ def fake_app() -> Celery:
     app = make_app("redis://fake:6379/0")
     app.redbeat_redis = fakeredis.FakeRedis(decode_responses=True)
     return app
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """One headless Chromium per test worker, for every test that drives one: each opens
+    its own context in it (its own cookies, viewport and colour scheme, closed after
+    it), as isolated as a browser of its own, while a launch costs a second or two of
+    CPU more than a context."""
+    from support.web import browser_available, chromium
+
+    browser_available()
+    with chromium() as launched:
+        yield launched

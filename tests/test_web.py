@@ -19,7 +19,6 @@ from support.web import (
     ARTIFACTS,
     WebServer,
     browser_available,
-    chromium,
     screenshot,
     write_entries,
 )
@@ -69,10 +68,10 @@ FIGURES: dict[str, Any] = {}
 
 
 @pytest.fixture(scope="module")
-def page(server: WebServer) -> Iterator[Any]:
-    with chromium() as browser:
-        page = browser.new_page(viewport={"width": 1280, "height": 720})
-        yield page
+def page(server: WebServer, browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    yield context.new_page()
+    context.close()
 
 
 def load(page: Any, url: str) -> float:

@@ -22,7 +22,7 @@ from redbeat import RedBeatSchedulerEntry, browse, manage
 from support.processes import Cluster
 from support.redis_server import RedisServer, free_port, require_redis_server
 from support.waiting import wait_until
-from support.web import WebServer, browser_available, chromium, screenshot, write_entries
+from support.web import WebServer, browser_available, screenshot, write_entries
 
 pytestmark = pytest.mark.e2e
 
@@ -78,9 +78,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 @pytest.fixture(scope="module")
-def page(stack: Stack) -> Iterator[Any]:
-    with chromium() as browser:
-        yield browser.new_page(viewport={"width": 1400, "height": 900})
+def page(stack: Stack, browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    yield context.new_page()
+    context.close()
 
 
 def test_disabling_an_entry_from_its_page_stops_its_dispatch(stack: Stack, page: Any) -> None:

@@ -22,7 +22,7 @@ from conftest import make_app
 from redbeat import RedBeatSchedulerEntry, manage
 from support.redis_server import RedisServer, redis_required, require_redis_server
 from support.waiting import wait_until
-from support.web import WebServer, browser_available, chromium, screenshot
+from support.web import WebServer, browser_available, screenshot
 
 #: axe-core, fetched from the npm registry at test time into a fixture directory that
 #: is not committed (tests/fixtures/axe/.gitignore).
@@ -48,12 +48,6 @@ def web(redis: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture(scope="module")
-def browser(web: WebServer) -> Iterator[Any]:
-    with chromium() as browser:
-        yield browser
 
 
 @pytest.fixture

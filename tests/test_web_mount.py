@@ -200,21 +200,21 @@ serve(flask_app, host="127.0.0.1", port=int(sys.argv[1]), threads=2)
 """
 
 
-def test_a_browser_uses_the_view_mounted_in_a_flask_app(redis_server: Any,
-                                                       tmp_path: Path) -> None:
+def test_a_browser_uses_the_view_mounted_in_a_flask_app(redis_server: Any, tmp_path: Path,
+                                                       browser: Any) -> None:
     """The same Flask example served by waitress, used in headless Chromium: refused
     before the host app's login, then paged, confirmed and changed under the prefix."""
     from support.redis_server import free_port, stop_process
     from support.waiting import wait_until
-    from support.web import browser_available, chromium, fetch
+    from support.web import fetch
 
-    browser_available()
     project(tmp_path)
     (tmp_path / "redbeat_flask_example.py").write_text(
         example("# redbeat_flask_example.py"))
     (tmp_path / "serve.py").write_text(SERVE)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    context = browser.new_context()
     with open(tmp_path / "serve.log", "w") as log:
         server = subprocess.Popen(
             [sys.executable, "serve.py", str(port)], cwd=tmp_path, stdout=log,
@@ -224,22 +224,22 @@ def test_a_browser_uses_the_view_mounted_in_a_flask_app(redis_server: Any,
     try:
         wait_until(lambda: _answers(url + "/ops/redbeat/entries", fetch), 20,
                    "the Flask app under waitress")
-        with chromium() as browser:
-            page = browser.new_page()
-            response = page.goto(url + "/ops/redbeat/entries")
-            assert response.status == 403
-            assert "log in to the application" in page.inner_text("main")
-            page.request.post(url + "/login", form={"user": "ann"})  # the host's login
-            page.goto(url + "/ops/redbeat/entries")
-            page.click("text=job")
-            assert page.url == url + "/ops/redbeat/entry?name=job"
-            page.click("#action-disable")
-            page.click("#confirm")
-            assert page.url == url + "/ops/redbeat/entry?name=job"
-            assert page.inner_text("#state .badge") == "disabled"
-            page.click("header >> text=Timeline")
-            assert page.url == url + "/ops/redbeat/timeline"
+        page = context.new_page()
+        response = page.goto(url + "/ops/redbeat/entries")
+        assert response.status == 403
+        assert "log in to the application" in page.inner_text("main")
+        page.request.post(url + "/login", form={"user": "ann"})  # the host's login
+        page.goto(url + "/ops/redbeat/entries")
+        page.click("text=job")
+        assert page.url == url + "/ops/redbeat/entry?name=job"
+        page.click("#action-disable")
+        page.click("#confirm")
+        assert page.url == url + "/ops/redbeat/entry?name=job"
+        assert page.inner_text("#state .badge") == "disabled"
+        page.click("header >> text=Timeline")
+        assert page.url == url + "/ops/redbeat/timeline"
     finally:
+        context.close()
         stop_process(server)
 
 

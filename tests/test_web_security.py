@@ -25,7 +25,7 @@ from redbeat.web.security import (
     is_local,
 )
 from support.redis_server import RedisServer
-from support.web import WebServer, browser_available, chromium, fetch, screenshot
+from support.web import WebServer, fetch, screenshot
 
 TOKEN = "t0ken-for-tests"
 
@@ -121,13 +121,6 @@ def started(redis_server: Any, tmp_path: Path) -> Iterator[Any]:
     yield start
     for server in servers:
         server.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    browser_available()
-    with chromium() as browser:
-        yield browser
 
 
 def test_every_request_needs_the_credentials_and_every_post_the_csrf_token(

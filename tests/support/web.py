@@ -103,7 +103,8 @@ def fetch(url: str, data: dict[str, str] | None = None,
 
 @contextmanager
 def chromium() -> Iterator[Any]:
-    """A headless Chromium browser (Playwright's ``Browser``)."""
+    """A headless Chromium browser (Playwright's ``Browser``): conftest's ``browser``
+    launches one per test worker."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
