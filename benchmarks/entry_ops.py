@@ -6,7 +6,9 @@ microseconds per call (the mean over COUNT calls) and round trips per call.
 KIND is ``interval`` (every 60 s) or ``crontab`` (``*/5``). The calls, each COUNT times on
 COUNT entries of this run's own names: ``save`` of a new entry, ``resave`` of the same
 entries built afresh (what an application that saves its entries at every start does),
-``from_key`` and ``delete``. Only the public API both packages share is used. Round trips
+``from_key`` and ``delete``. Each entry is built with a schedule object and arguments
+of its own, as an application builds them. Only the public API both packages share is
+used. Round trips
 are counted as worker.py counts them: each request redis-py writes is one.
 """
 
@@ -45,12 +47,14 @@ def main() -> None:
     kind, url, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     app = Celery("bench", broker="memory://", set_as_current=False)
     app.conf.update(redbeat_redis_url=url, timezone="UTC")
-    every = schedule(60.0) if kind == "interval" else crontab(minute="*/5")
     Trips.install()
     run = uuid.uuid4().hex[:8]
 
     def build(name: str) -> Any:
-        return RedBeatSchedulerEntry(name, "tasks.report", every, args=[1, 2],
+        """As an application builds its entries: a schedule object of its own and
+        arguments of its own for each (nothing a package could keep from the last one)."""
+        every = schedule(60.0) if kind == "interval" else crontab(minute="*/5")
+        return RedBeatSchedulerEntry(name, "tasks.report", every, args=[name, 2],
                                      kwargs={"to": "ops"}, app=app)
 
     def timed(names: list[str], call: Any) -> dict[str, float]:
