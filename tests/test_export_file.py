@@ -15,7 +15,9 @@ import sys
 import threading
 
 import pytest
+from click.testing import CliRunner
 
+from redbeat.cli import main
 from redbeat.export_file import FORMAT, JsonReader, JsonWriter, header
 
 RECORDS = [{"name": "a", "score": 1.5, "static": False, "definition": {"task": "t"},
@@ -98,6 +100,14 @@ def redbeat(url: str, *args: str, **kwargs) -> subprocess.Popen:
                             text=True, **kwargs)
 
 
+def in_process(url: str, *args: str) -> tuple[int, str]:
+    """``redbeat args`` run by click's runner in this process (no interpreter to start),
+    for a step that sets up or checks what a real process was interrupted in: its exit
+    status and standard output."""
+    result = CliRunner().invoke(main, ["--url", url, *args], catch_exceptions=False)
+    return result.exit_code, result.stdout
+
+
 @pytest.mark.redis_server
 def test_export_then_import_elsewhere_streams_with_a_summary(redis_server, tmp_path):
     client = redis_server.client()
@@ -167,9 +177,9 @@ def test_ctrl_c_says_what_was_written_and_exits_130(redis_server, tmp_path):
     assert len(out.splitlines()) == count + 1  # the header, a line each
     # import: stopped between two batches; what it says it wrote is what Redis holds
     full = tmp_path / "full.json"
-    with open(full, "w") as out_file:
-        assert redbeat(redis_server.url, "export", stdout=out_file,
-                       stderr=subprocess.DEVNULL).wait(300) == 0
+    status, document = in_process(redis_server.url, "export")
+    assert status == 0
+    full.write_text(document)
     status, out, err = interrupted(redis_server.url, "--prefix", "copy:", "import", str(full),
                                    after=3000)
     assert status == 130, err
@@ -181,9 +191,9 @@ def test_ctrl_c_says_what_was_written_and_exits_130(redis_server, tmp_path):
     assert client.zcard("copy::schedule") == created
     assert out.count("  + ") == created
     # the same import again finishes it
-    again = redbeat(redis_server.url, "--prefix", "copy:", "import", str(full), "--quiet",
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out, _ = again.communicate(timeout=300)
+    status, out = in_process(redis_server.url, "--prefix", "copy:", "import", str(full),
+                             "--quiet")
+    assert status == 0
     assert out == f"created {INTERRUPTED - created}, updated 0, unchanged {created}, pruned 0\n"
     # list: stopped while printing
     status, out, err = interrupted(redis_server.url, "list", after=20_000)
