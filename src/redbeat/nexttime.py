@@ -926,7 +926,7 @@ def _kept_next(cron: celery_schedules.crontab, after: datetime) -> datetime | No
     after another on one crontab object (each counts as having run when built) ask for
     it from moments a few hundred microseconds apart, and walking the calendar was a
     third of such a save's own work. Kept with the fields and zone it was worked out in
-    (read again should either be replaced)."""
+    (worked out again should either be replaced)."""
     after, fields, zone = utc(after), _cron_fields(cron), cron.tz
     kept = cron.__dict__.get("_redbeat_next")
     if kept is not None and kept[0] is fields and kept[1] is zone and \

@@ -22,6 +22,8 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -33,6 +35,8 @@ import redbeat
 #: The forker, run with ``python -c``; its one argument is the folder for exit codes.
 #: A request is a line of JSON on stdin; the reply, the child's pid on stdout. The child
 #: leaves the loop and ends as an interpreter does (SystemExit, threads joined, atexit).
+#: Once stdin closes the forker takes no more requests and ends when its last child has
+#: ended and its exit code is written (a replaced forker's children keep theirs).
 SERVER = r"""
 import json, os, runpy, select, sys
 import celery, celery.beat, celery.bin.celery, kombu, redis  # the start-up children are spared
@@ -40,14 +44,14 @@ import celery, celery.beat, celery.bin.celery, kombu, redis  # the start-up chil
 exits = sys.argv[1]
 
 
-def reap():
+def reap():  # writes the exit code of each child that ended; whether any still runs
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return False
         if pid == 0:
-            return
+            return True
         path = os.path.join(exits, str(pid))
         with open(path + ".part", "w") as out:
             out.write(str(os.waitstatus_to_exitcode(status)))
@@ -74,14 +78,17 @@ def become(request):
         runpy.run_module(target, run_name="__main__", alter_sys=True)
 
 
+accepting = True
 while True:
-    ready = select.select([sys.stdin], [], [], 0.05)[0]
-    reap()
+    ready = select.select([sys.stdin] if accepting else [], [], [], 0.05)[0]
+    if not reap() and not accepting:
+        break
     if not ready:
         continue
     line = sys.stdin.readline()
     if not line:
-        break
+        accepting = False
+        continue
     request = json.loads(line)
     pid = os.fork()
     if pid == 0:
@@ -134,9 +141,9 @@ class Forker:
         return self.process.poll() is None
 
     def stop(self) -> None:
-        if self.alive():
-            self.process.kill()
-            self.process.wait(10)
+        """Take no more requests: the forker ends once its running children have."""
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            self.process.stdin.close()
 
 
 class Forked:
@@ -176,6 +183,7 @@ def _exists(pid: int) -> bool:
 
 
 _FORKERS: dict[tuple[str, str], Forker] = {}
+_STARTED: list[Forker] = []  # replaced ones too: their folders of exit codes go at exit
 _FORKERS_LOCK = threading.Lock()
 
 
@@ -187,6 +195,7 @@ def forker(python: str, pythonpath: str) -> Forker:
             found.stop()
         if found is None or not found.alive():
             found = _FORKERS[(python, pythonpath)] = Forker(python, pythonpath)
+            _STARTED.append(found)
         return found
 
 
@@ -212,7 +221,7 @@ def run_script(python: str, pythonpath: str, source: str, timeout: float = 120
     try:
         code = child.wait(timeout)
     except subprocess.TimeoutExpired:
-        os.kill(child.pid, 9)
+        os.kill(child.pid, signal.SIGKILL)
         raise
     finally:
         out, err = stdout.read_text(), stderr.read_text()
@@ -224,5 +233,6 @@ def run_script(python: str, pythonpath: str, source: str, timeout: float = 120
 
 @atexit.register
 def _stop_forkers() -> None:
-    for found in _FORKERS.values():
+    for found in _STARTED:
         found.stop()
+        shutil.rmtree(found.exits, ignore_errors=True)
