@@ -312,14 +312,22 @@ def excused(due_s: float, windows: list[tuple[float, float, str]], margin: float
 
 
 def documented_repeat(sends: list[tuple[float, str]], disrupted: list[tuple[float, str]],
-                      margin: float = 3.0) -> bool:
+                      outage: tuple[float, float] | None, margin: float = 3.0) -> bool:
     """Whether one slot's logged publishes, (time, node) each, are at-least-once's
     documented repeat: a leader sent it at most ``margin`` seconds (the publish timeout)
     before it was killed or frozen, so before it could confirm it, and another node sent
     it again after. Judged by when the slot went out, not when it was due: the backlog
     held over a broker outage goes out when the broker is back, and a leader frozen just
     then leaves it all unconfirmed (seen with seed 20261123 at load ~17: the 19 slots due
-    during the outage, up to 4 s before the freeze, each sent twice)."""
+    during the outage, up to 4 s before the freeze, each sent twice). Or: the slot went
+    out as the broker was being stopped (``outage``), which can take a message and close
+    the connection before answering; the send fails, and the slot goes out again once the
+    broker is back (seen once with both cores busy: sent 23 ms before the failure).
+    """
+    if outage is not None and any(outage[0] - margin <= when <= outage[1]
+                                  for when, _ in sends) and any(when > outage[1]
+                                                                for when, _ in sends):
+        return True
     return any(
         any(node == victim and begin - margin <= when <= begin for when, node in sends)
         and any(node != victim and when > begin for when, node in sends)
@@ -396,7 +404,7 @@ def test_soak(tmp_path, redis_server):
     pending = held_ids(client)
     unexcused = {t: sorted((round(when, 3), name) for when, name in sends[t])
                  for t, n in repeats.items()
-                 if n > 2 or not documented_repeat(sends[t], chaos.disrupted)}
+                 if n > 2 or not documented_repeat(sends[t], chaos.disrupted, chaos.outage)}
     figures = {v.name: cadence(v, slots.get(v.name, []), chaos.leaderless, until)
                for v in writer.valid.values()}
     weak = {name: f for name, f in figures.items() if f[1] >= 3 and f[0] < 0.7 * f[1]}
