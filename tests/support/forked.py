@@ -37,8 +37,13 @@ import redbeat
 #: leaves the loop and ends as an interpreter does (SystemExit, threads joined, atexit).
 #: Once stdin closes the forker takes no more requests and ends when its last child has
 #: ended and its exit code is written (a replaced forker's children keep theirs).
+#: FROZEN: before each fork the forker's objects are moved out of the collector's reach
+#: (gc.freeze), so a child's collections, and the one at its exit, do not walk the tens of
+#: thousands of objects of its inherited imports, each walk writing to (and so copying)
+#: every page they are on: about 0.25 s of CPU per child at its exit alone, 0.07 s with
+#: them frozen. The child's own objects are collected as in any interpreter.
 SERVER = r"""
-import json, os, runpy, select, sys
+import gc, json, os, runpy, select, sys
 import celery, celery.beat, celery.bin.celery, kombu, redis  # the start-up children are spared
 
 exits = sys.argv[1]
@@ -90,6 +95,7 @@ while True:
         accepting = False
         continue
     request = json.loads(line)
+    gc.freeze()  # see FROZEN
     pid = os.fork()
     if pid == 0:
         become(request)
