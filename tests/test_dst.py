@@ -59,6 +59,9 @@ def save(app, name, schedule, start):
 
 
 LONDON, NEW_YORK = "Europe/London", "America/New_York"
+#: a tick every quarter of an hour: on each wall time these tests schedule (:00, :15, :30,
+#: :45), and each tick in a gap or a repeated hour
+QUARTER = timedelta(minutes=15)
 CASES = [
     # zone, transition day (local), wall time in the gap or overlap, expected run(s)
     (LONDON, "spring", (2026, 3, 29), (1, 30), [(LONDON, (2026, 3, 29, 2, 30))]),
@@ -78,15 +81,18 @@ CASES = [
 def test_daily_job_on_transition_night_runs_exactly_once(redis_server, zone, season, day,
                                                          wall, expected, kind):
     app = make_app(redis_server.url)
-    start = local(zone, *day, 0, 0) - timedelta(hours=12)
-    end = start + timedelta(hours=36)
+    # the runs of the transition day (local) are compared: from an hour before it to an
+    # hour after, every quarter of an hour (each wall time compared is on one)
+    start = local(zone, *day, 0, 0) - timedelta(hours=1)
+    end = start + timedelta(hours=26)
     hour, minute = wall
     if kind == "crontab":
         schedule = crontab(minute=minute, hour=hour, timezone=zone)
     else:
         schedule = rrule("DAILY", dtstart=datetime(2026, 1, 1, hour, minute), timezone=zone)
     save(app, "daily", schedule, start)
-    sent = [due for name, due in run_between(app, start, end) if name == "daily"]
+    sent = [due for name, due in run_between(app, start, end, step=QUARTER)
+            if name == "daily"]
     day_of = datetime(*day).date()
     transition = [due for due in sent if due.astimezone(ZoneInfo(zone)).date() == day_of]
     assert transition == [local(z, *fields) for z, fields in expected]
@@ -138,7 +144,8 @@ def test_hourly_job_stays_hourly_in_real_time(redis_server, zone, spring, autumn
         end = start + timedelta(hours=8)
         name = f"hourly-{season}"
         save(app, name, crontab(minute=30, timezone=zone), start)
-        sent = sorted(due for n, due in run_between(app, start, end) if n == name)
+        sent = sorted(due for n, due in run_between(app, start, end, step=QUARTER)
+                      if n == name)
         gaps = {b - a for a, b in zip(sent, sent[1:], strict=False)}
         assert gaps == {timedelta(hours=1)}, (season, sent)
         assert len(sent) == 8
@@ -179,7 +186,8 @@ def test_relative_intervals_round_on_the_app_zones_clock(redis_server, enable_ut
     start = local(zone, 2027, 5, 4, 9, 10)
     save(app, "hourly", schedule(timedelta(hours=1), relative=True), start)
     save(app, "daily", schedule(timedelta(days=1), relative=True), start)
-    sent = run_between(app, start, start + timedelta(hours=40))
+    # every 10 minutes from 09:10: a tick on each hour, as on each slot
+    sent = run_between(app, start, start + timedelta(hours=40), step=timedelta(minutes=10))
     hourly = [due for name, due in sent if name == "hourly"]
     assert hourly[:3] == [local(zone, 2027, 5, 4, hour, 0) for hour in (10, 11, 12)]
     assert len(hourly) == 40 and {due.minute for due in hourly} == {30}  # in UTC
@@ -193,8 +201,8 @@ def test_app_timezone_crontab_follows_the_app_zone(redis_server):
     from celery.schedules import crontab as celery_crontab
 
     save(app, "app-tz", celery_crontab(minute=30, hour=2, app=app), start)
-    sent = [due for name, due in run_between(app, start, start + timedelta(hours=30))
-            if name == "app-tz"]
+    sent = [due for name, due in run_between(app, start, start + timedelta(hours=30),
+                                             step=QUARTER) if name == "app-tz"]
     assert sent == [local("America/New_York", 2026, 3, 8, 3, 30)]
 
 
@@ -211,8 +219,8 @@ def test_london_0230_runs_once_on_both_transition_nights(redis_server, season, k
     else:
         schedule = rrule("DAILY", dtstart=datetime(2026, 1, 1, 2, 30), timezone=LONDON)
     save(app, "daily", schedule, start)
-    sent = [due for name, due in run_between(app, start, start + timedelta(hours=8))
-            if name == "daily"]
+    sent = [due for name, due in run_between(app, start, start + timedelta(hours=8),
+                                             step=QUARTER) if name == "daily"]
     assert sent == [local(LONDON, *day, 2, 30)]
 
 
@@ -251,9 +259,10 @@ def test_leap_day_rule_runs_only_on_february_29(redis_server, kind):
         schedule = rrule("YEARLY", dtstart=datetime(2027, 1, 1, 2, 30), bymonth=2,
                          bymonthday=29, timezone=zone)
     save(app, "leap", schedule, start)
-    # one tick a day for 14 months: 2027 has no Feb 29, 2028 has one
+    # one tick a week for 14 months (2027-03-01 and 2028-02-28 among them): 2027 has no
+    # Feb 29, 2028 has one; a run falsely due in between would be sent by the next tick
     sent = [due for name, due in run_between(app, start, local(zone, 2028, 4, 1, 0, 0),
-                                             step=timedelta(days=1)) if name == "leap"]
+                                             step=timedelta(days=7)) if name == "leap"]
     assert sent == [local(zone, 2028, 2, 29, 2, 30)]
 
 
@@ -265,7 +274,8 @@ def test_month_end_rules(redis_server):
     save(app, "last-day", rrule("MONTHLY", dtstart=datetime(2028, 1, 1, 2, 30),
                                 bymonthday=-1, timezone=zone), start)
     save(app, "the-31st", crontab(minute=30, hour=2, day_of_month=31, timezone=zone), start)
-    sent = run_between(app, start, local(zone, 2028, 7, 1, 12, 0), step=timedelta(days=1))
+    # a tick a week: a run falsely due in between would be sent by the next tick
+    sent = run_between(app, start, local(zone, 2028, 7, 1, 12, 0), step=timedelta(days=7))
     last_day = [due.astimezone(ZoneInfo(zone)).date().isoformat()
                 for name, due in sent if name == "last-day"]
     the_31st = [due.astimezone(ZoneInfo(zone)).date().isoformat()
