@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import textwrap
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from celery.schedules import crontab
 
@@ -35,6 +35,14 @@ def run_reference(script: str, url: str) -> dict:
     return json.loads(output.strip().splitlines()[-1])
 
 
+def an_hour_ago() -> datetime:
+    """The dtstart of the minutely rrules: 2.4.2 works out an rrule's next run by walking
+    dateutil's runs from dtstart to the moment asked (its save and its tick ask about
+    now), one step a minute: from 2026-01-01 that was seconds of CPU per question, and
+    more every day."""
+    return datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(hours=1)
+
+
 def test_what_we_write_runs_under_242(app, redis_server):
     long_ago = datetime(2026, 1, 1, tzinfo=timezone.utc)
     entries = [
@@ -42,8 +50,8 @@ def test_what_we_write_runs_under_242(app, redis_server):
                               options={"queue": "q"}, app=app, last_run_at=long_ago),
         RedBeatSchedulerEntry("cron", "tasks.cron", crontab(minute="*"), app=app,
                               last_run_at=long_ago),
-        RedBeatSchedulerEntry("rr", "tasks.rr", rrule("MINUTELY", dtstart=long_ago), app=app,
-                              last_run_at=long_ago),
+        RedBeatSchedulerEntry("rr", "tasks.rr", rrule("MINUTELY", dtstart=an_hour_ago()),
+                              app=app, last_run_at=long_ago),
         RedBeatSchedulerEntry("off", "tasks.off", 5.0, enabled=False, app=app),
     ]
     for entry in entries:
@@ -79,20 +87,21 @@ def test_what_we_write_runs_under_242(app, redis_server):
 
 
 def test_what_242_writes_runs_here(app, redis_server):
-    run_reference("""
+    run_reference(f"""
         from datetime import datetime, timezone
         from celery.schedules import crontab
         from redbeat import RedBeatSchedulerEntry
         from redbeat.schedules import rrule
         past = datetime(2026, 1, 1, tzinfo=timezone.utc)
+        recent = datetime.fromisoformat({an_hour_ago().isoformat()!r})
         for e in (
             RedBeatSchedulerEntry('iv', 'tasks.iv', 5.0, args=[1], app=app),
             RedBeatSchedulerEntry('cron', 'tasks.cron', crontab(minute='*'), app=app),
-            RedBeatSchedulerEntry('rr', 'tasks.rr', rrule('MINUTELY', dtstart=past), app=app),
+            RedBeatSchedulerEntry('rr', 'tasks.rr', rrule('MINUTELY', dtstart=recent), app=app),
         ):
             e.save()
             e.reschedule(last_run_at=past)
-        print(json.dumps({}))
+        print(json.dumps({{}}))
     """, redis_server.url)
     ours = Recording(app)
     ours.tick()
