@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from support import senders  # noqa: E402
 from support.redis_server import RedisServer, require_redis_server  # noqa: E402
+from support.warm import compile_ahead  # noqa: E402
 
 senders.install()
 
@@ -29,6 +30,13 @@ senders.install()
 settings.register_profile("redbeat", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("redbeat")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's first process compiles the modules once before any worker starts
+    (support/warm.py); the workers find them compiled."""
+    if not hasattr(config, "workerinput"):
+        compile_ahead(config)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
