@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +19,7 @@ from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.cli import main
 from redbeat.schedulers import get_redis
+from support import forked
 from support.recording import Clock, Recording, leader
 
 
@@ -188,6 +187,8 @@ def test_errors_have_exit_codes(run):
 
 
 def test_module_and_celery_subcommand(redis_server, tmp_path):
+    """``python -m redbeat`` and ``celery -A proj redbeat`` as real processes (forked from
+    the session's forker, support/forked.py: the module run as ``-m`` runs it)."""
     (tmp_path / "proj.py").write_text(
         "from celery import Celery\n"
         "app = Celery('proj', broker='memory://')\n"
@@ -195,11 +196,9 @@ def test_module_and_celery_subcommand(redis_server, tmp_path):
     )
     RedBeatSchedulerEntry("visible", "tasks.v", 5.0, app=make_app(redis_server.url)).save()
     env_path = str(Path(__file__).parent.parent)
-    via_module = subprocess.run([sys.executable, "-m", "redbeat", "--url", redis_server.url,
-                                 "list"], capture_output=True, text=True, cwd=env_path)
+    via_module = forked.run(["-m", "redbeat", "--url", redis_server.url, "list"], env_path)
     assert via_module.returncode == 0 and "visible" in via_module.stdout
-    via_celery = subprocess.run([sys.executable, "-m", "celery", "-A", "proj", "redbeat", "list"],
-                                capture_output=True, text=True, cwd=tmp_path)
+    via_celery = forked.run(["-m", "celery", "-A", "proj", "redbeat", "list"], str(tmp_path))
     assert via_celery.returncode == 0, via_celery.stderr
     assert "visible" in via_celery.stdout
 
@@ -393,8 +392,7 @@ def test_every_command_has_help_without_url_or_redis(name):
 def test_version_needs_no_redis():
     import redbeat
 
-    result = subprocess.run([sys.executable, "-m", "redbeat", "--version"],
-                            capture_output=True, text=True, timeout=60)
+    result = forked.run(["-m", "redbeat", "--version"], os.getcwd(), timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == f"redbeat {redbeat.__version__}"
 
 

@@ -5,18 +5,22 @@ the page's own `celery -A proj beat` and `celery -A proj worker` commands run an
 
 Every process is a fresh one started the way the page says, with no setting of the
 test's own: no DJANGO_SETTINGS_MODULE (the page's proj/celery.py sets it), only the two
-URLs the page's settings read from the environment (SCHEDULE_URL, BROKER_URL)."""
+URLs the page's settings read from the environment (SCHEDULE_URL, BROKER_URL). Each is
+forked from the session's forker (support/forked.py), which has imported Celery but
+neither Django nor the project: both are imported and set up in the process, as new."""
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from support import forked
 from support.waiting import wait_until
 
 DOC = Path(__file__).parent.parent / "docs" / "django.md"
@@ -63,8 +67,7 @@ def test_the_django_page_works(project, redis_server):
     directory, env = project
 
     def run(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, *argv], capture_output=True, text=True,
-                              cwd=directory, env=env, timeout=60)
+        return forked.run(list(argv), str(directory), env, timeout=60)
 
     views = run("-c", CLIENT)
     assert views.returncode == 0, views.stderr
@@ -97,15 +100,17 @@ def test_the_pages_beat_and_worker_run_an_entry(project, redis_server):
     beat_argv = next(argv for argv in commands if "beat" in argv)
     worker_argv = next(argv for argv in commands if "worker" in argv)
     assert beat_argv[:3] == ["celery", "-A", "proj"] and worker_argv[:3] == beat_argv[:3]
-    logs = {name: open(directory / f"{name}.log", "w") for name in ("beat", "worker")}
     processes = []
     try:
         for name, argv in (("beat", beat_argv), ("worker", worker_argv)):
             extra = ["--pool", "solo", "--without-gossip", "--without-mingle"] \
                 if name == "worker" else []
-            processes.append(subprocess.Popen(
-                [sys.executable, "-m", *argv, "-l", "info", *extra], cwd=directory,
-                env=env, stdout=logs[name], stderr=subprocess.STDOUT))
+            log_path = directory / f"{name}.log"
+            log_path.write_text("")
+            processes.append(forked.start(
+                sys.executable, os.environ.get("PYTHONPATH", ""),
+                ["-m", *argv, "-l", "info", *extra], str(directory), env, str(log_path),
+                str(log_path)))
 
         def log(name: str) -> str:
             return (directory / f"{name}.log").read_text(errors="replace")
@@ -113,20 +118,18 @@ def test_the_pages_beat_and_worker_run_an_entry(project, redis_server):
         wait_until(lambda: "Leading as" in log("beat"), 120, "beat to lead")
         wait_until(lambda: " ready." in log("worker"), 120, "the worker to be ready")
         assert "ImproperlyConfigured" not in log("beat") + log("worker")
-        queued = subprocess.run([sys.executable, "-m", "celery", "-A", "proj", "redbeat",
-                                 "run-now", "cleanup"], capture_output=True, text=True,
-                                cwd=directory, env=env, timeout=60)
+        queued = forked.run(["-m", "celery", "-A", "proj", "redbeat", "run-now", "cleanup"],
+                            str(directory), env, timeout=60)
         assert queued.returncode == 0, queued.stderr
         wait_until(lambda: "reports.tasks.cleanup" in log("worker")
                    and "succeeded" in log("worker"), 120, "the worker to run cleanup")
     finally:
         for process in processes:
-            process.terminate()
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGTERM)
         for process in processes:
             try:
                 process.wait(30)
             except subprocess.TimeoutExpired:
-                process.kill()
+                os.kill(process.pid, signal.SIGKILL)
                 process.wait(10)
-        for handle in logs.values():
-            handle.close()

@@ -26,6 +26,7 @@ from celery.exceptions import ImproperlyConfigured
 
 from redbeat.keys import KeyLayout
 from redbeat.settings import RedBeatConfig, conf_has, conf_lookup, ensure_conf
+from support import forked
 
 WriteModule = Callable[[str], str]
 
@@ -320,11 +321,6 @@ print(manage.get_entry(app, "nightly").name)
 """
 
 
-def celery_command() -> list[str]:
-    script = Path(sys.executable).with_name("celery")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "celery"]
-
-
 @pytest.mark.e2e
 @pytest.mark.parametrize("project", [
     pytest.param(PLAIN_PROJECT, id="module"),
@@ -335,7 +331,9 @@ def test_fresh_processes_read_the_project_settings(
     project: dict[str, str], redis_server: Any, tmp_path: Path
 ) -> None:
     """A script saving an entry, a ``redbeat.manage`` call and ``celery -A proj redbeat
-    list``, each a new process whose app only called ``config_from_object``."""
+    list``, each a new process whose app only called ``config_from_object`` (forked
+    from the session's forker, which has imported Celery but no project: the app is as
+    new as in an interpreter started for it)."""
     if project is DJANGO_PROJECT:
         pytest.importorskip("django")
     for name, text in project.items():
@@ -345,17 +343,16 @@ def test_fresh_processes_read_the_project_settings(
     env["PYTHONPATH"] = str(tmp_path)
 
     def run(*argv: str) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=60)
+        done = forked.run(list(argv), str(tmp_path), env, timeout=60)
         assert done.returncode == 0, f"{argv}: {done.stdout}\n{done.stderr}"
         return done
 
-    saved = json.loads(run(sys.executable, "-c", SAVE).stdout.splitlines()[-1])
+    saved = json.loads(run("-c", SAVE).stdout.splitlines()[-1])
     assert saved == {"key": "proj:nightly", "url": redis_server.url, "prefix": "proj:",
                      "schedule": ["tick"]}
     assert redis_server.client().zscore(KeyLayout("proj:").schedule, "proj:nightly") is not None
-    assert run(sys.executable, "-c", GET).stdout.strip() == "nightly"
-    listing = run(*celery_command(), "-A", "proj", "redbeat", "list").stdout
+    assert run("-c", GET).stdout.strip() == "nightly"
+    listing = run("-m", "celery", "-A", "proj", "redbeat", "list").stdout
     assert "nightly" in listing and "tasks.report" in listing
 
 
@@ -388,9 +385,8 @@ def test_the_broker_url_fallback_is_logged_by_beat_and_the_cli(tmp_path, redis_s
         env = {**os.environ, "BEATAPP_CONF": json.dumps(cluster.conf),
                "BEATAPP_RESULTS_URL": broker,
                "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-        listed = subprocess.run([sys.executable, "-m", "celery", "-A", "beatapp", "redbeat",
-                                 "list"], capture_output=True, text=True, cwd=tmp_path,
-                                env=env, timeout=120)
+        listed = forked.run(["-m", "celery", "-A", "beatapp", "redbeat", "list"],
+                            str(tmp_path), env, timeout=120)
         assert listed.returncode == 0, listed.stderr
         assert "warning: redbeat_redis_url is not set: the schedule is kept in the " \
                "broker's Redis" in listed.stderr and "s3cret" not in listed.stderr

@@ -25,6 +25,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -43,7 +44,7 @@ import redbeat
 #: every page they are on: about 0.25 s of CPU per child at its exit alone, 0.07 s with
 #: them frozen. The child's own objects are collected as in any interpreter.
 SERVER = r"""
-import gc, json, os, runpy, select, sys
+import gc, io, json, os, runpy, select, sys
 import celery, celery.beat, celery.bin.celery, kombu, redis  # the start-up children are spared
 
 exits = sys.argv[1]
@@ -63,7 +64,28 @@ def reap():  # writes the exit code of each child that ended; whether any still 
         os.rename(path + ".part", path)
 
 
+def stdio():  # sys.stdin, stdout and stderr made again on the new 0, 1 and 2 as an
+    # interpreter starting with the request's environment makes them (buffered unless
+    # PYTHONUNBUFFERED, line by line on a terminal): the forker's are unbuffered pipes
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    for name, fd in (("stdin", 0), ("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        raw = io.FileIO(fd, "r" if fd == 0 else "w", closefd=False)
+        if fd == 0:
+            binary = io.BufferedReader(raw)
+        else:
+            binary = raw if unbuffered else io.BufferedWriter(raw)
+        line_buffering = fd > 0 and not unbuffered and (fd == 2 or raw.isatty())
+        stream = io.TextIOWrapper(binary, old.encoding, old.errors, "\n", line_buffering,
+                                  fd > 0 and unbuffered)
+        stream.mode = "r" if fd == 0 else "w"
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
 def become(request):
+    if request["session"]:
+        os.setsid()
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -74,6 +96,7 @@ def become(request):
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
+    stdio()
     sys.path[:0] = [request["cwd"], *request["path"]]
     option, target, *rest = request["argv"]
     sys.argv = ["-c" if option == "-c" else target, *rest]
@@ -105,6 +128,9 @@ while True:
 """
 
 
+#: Where a child writes: a file's path, or a descriptor of this process (see Forker.start).
+Output = str | int
+
 #: This package's files, as the tests import it.
 PACKAGE = Path(redbeat.__file__).resolve().parent
 
@@ -129,11 +155,18 @@ class Forker:
         self.lock = threading.Lock()
 
     def start(self, argv: list[str], cwd: str, env: dict[str, str], path: list[str],
-              stdout: str, stderr: str) -> Forked:
+              stdout: Output, stderr: Output, session: bool = False) -> Forked:
         """A child running ``python <argv>`` in ``cwd`` with ``env``, ``path`` before the
-        forker's own import path, its output appended to the files ``stdout``/``stderr``."""
-        request = {"argv": argv, "cwd": cwd, "env": env, "path": path, "stdout": stdout,
-                   "stderr": stderr}
+        forker's own import path, its output appended to the files ``stdout``/``stderr``
+        or written to this process's open descriptors (a pipe, a terminal): the child
+        opens them by their /proc path, and this returns once it has, so the caller may
+        close its own copy. ``session``: the child leads a new session (setsid), as
+        ``Popen(start_new_session=True)``."""
+        outputs = {1: stdout, 2: stderr}
+        paths = {fd: f"/proc/{os.getpid()}/fd/{given}" if isinstance(given, int) else given
+                 for fd, given in outputs.items()}
+        request = {"argv": argv, "cwd": cwd, "env": env, "path": path, "stdout": paths[1],
+                   "stderr": paths[2], "session": session}
         assert self.process.stdin is not None and self.process.stdout is not None
         with self.lock:
             self.process.stdin.write(json.dumps(request) + "\n")
@@ -141,7 +174,11 @@ class Forker:
             reply = self.process.stdout.readline()
         if not reply:
             raise RuntimeError(f"the forker of {self.process.args[0]} ended")
-        return Forked(int(reply), argv, self)
+        child = Forked(int(reply), argv, self)
+        for fd, given in outputs.items():
+            if isinstance(given, int):
+                child.wait_opened(fd, given)
+        return child
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -180,6 +217,23 @@ class Forked:
         return self.returncode
 
 
+    def wait_opened(self, fd: int, given: int) -> None:
+        """Wait until the child's ``fd`` is what this process's ``given`` is (or it ended)."""
+        wanted = os.fstat(given)
+        deadline = time.monotonic() + 60
+        while self.poll() is None:
+            try:
+                found = os.stat(f"/proc/{self.pid}/fd/{fd}")
+            except OSError:  # not yet there, or exiting
+                found = None
+            if found is not None and (found.st_dev, found.st_ino) == (wanted.st_dev,
+                                                                    wanted.st_ino):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.args}: its fd {fd} never became our fd {given}")
+            time.sleep(0.002)
+
+
 def _exists(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -206,24 +260,29 @@ def forker(python: str, pythonpath: str) -> Forker:
 
 
 def start(python: str, base: str, argv: list[str], cwd: str, env: dict[str, str],
-          stdout: str, stderr: str) -> Forked:
+          stdout: Output, stderr: Output, session: bool = False) -> Forked:
     """``python <argv>`` as a fork of the session's forker of ``python`` started with
     PYTHONPATH ``base`` (where what it imports ahead comes from); the entries of
-    ``env``'s PYTHONPATH come first on the child's import path, as they would."""
+    ``env``'s PYTHONPATH come first on the child's import path, as they would.
+    ``stdout``, ``stderr`` and ``session`` as :meth:`Forker.start` takes them."""
     path = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
-    return forker(python, base).start(argv, cwd, env, path, stdout, stderr)
+    return forker(python, base).start(argv, cwd, env, path, stdout, stderr, session)
 
 
-def run_script(python: str, pythonpath: str, source: str, timeout: float = 120
-               ) -> subprocess.CompletedProcess[str]:
-    """``python -c source`` with PYTHONPATH ``pythonpath`` in a fork, to the end: as
-    ``subprocess.run(..., capture_output=True, text=True)``; killed after ``timeout``."""
+def run(argv: list[str], cwd: str = "/", env: dict[str, str] | None = None,
+        timeout: float = 120, python: str = sys.executable, base: str | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    """``python <argv>`` in ``cwd`` with ``env`` (this process's by default) in a fork, to
+    the end: as ``subprocess.run(..., capture_output=True, text=True)``; killed after
+    ``timeout``. ``base``: the forker's PYTHONPATH, this process's by default (the one
+    the celery processes of support/processes.py are forked from)."""
+    env = dict(os.environ) if env is None else env
+    base = os.environ.get("PYTHONPATH", "") if base is None else base
     outputs = Path(tempfile.mkdtemp(prefix="forked-"))
     stdout, stderr = outputs / "stdout", outputs / "stderr"
     stdout.touch()
     stderr.touch()
-    env = {**os.environ, "PYTHONPATH": pythonpath}
-    child = start(python, pythonpath, ["-c", source], "/", env, str(stdout), str(stderr))
+    child = start(python, base, argv, cwd, env, str(stdout), str(stderr))
     try:
         code = child.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -231,10 +290,16 @@ def run_script(python: str, pythonpath: str, source: str, timeout: float = 120
         raise
     finally:
         out, err = stdout.read_text(), stderr.read_text()
-        for path in (stdout, stderr):
-            path.unlink()
-        outputs.rmdir()
-    return subprocess.CompletedProcess(child.args, code, out, err)
+        shutil.rmtree(outputs, ignore_errors=True)
+    return subprocess.CompletedProcess([python, *argv], code, out, err)
+
+
+def run_script(python: str, pythonpath: str, source: str, timeout: float = 120
+               ) -> subprocess.CompletedProcess[str]:
+    """``python -c source`` with PYTHONPATH ``pythonpath`` in a fork, to the end: as
+    ``subprocess.run(..., capture_output=True, text=True)``; killed after ``timeout``."""
+    return run(["-c", source], "/", {**os.environ, "PYTHONPATH": pythonpath}, timeout,
+               python, pythonpath)
 
 
 @atexit.register
