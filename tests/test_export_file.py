@@ -1,6 +1,7 @@
 """redbeat.export_file: the export document streamed both ways (tables over layouts and
 read-buffer sizes), and `redbeat export`/`import`/`list` as a user runs them: a summary,
---quiet, and Ctrl-C that says what was written and exits 130 (real processes, a real
+--quiet, and Ctrl-C that says what was written and exits 130 (real processes, forked
+from the session's forker of support/forked.py and run as ``python -m redbeat``; a real
 redis-server)."""
 
 from __future__ import annotations
@@ -10,15 +11,17 @@ import io
 import json
 import os
 import signal
-import subprocess
 import sys
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from redbeat.cli import main
 from redbeat.export_file import FORMAT, JsonReader, JsonWriter, header
+from support import forked
 
 RECORDS = [{"name": "a", "score": 1.5, "static": False, "definition": {"task": "t"},
             "meta": None, "policy": None},
@@ -82,12 +85,13 @@ def test_what_is_not_an_export_is_a_value_error(text, message):
 # -- the commands, as a user runs them -----------------------------------------------------
 
 
-def fill(client, count: int) -> None:
+def fill(client, count: int, name: str = "job-{:06d}") -> None:
+    """``count`` interval entries, named ``name.format(number)``."""
     with client.pipeline(transaction=False) as pipe:
         for number in range(count):
-            key = f"redbeat:job-{number:06d}"
+            key = f"redbeat:{name.format(number)}"
             pipe.hset(key, "definition", json.dumps({
-                "name": f"job-{number:06d}", "task": "tasks.t", "args": [number],
+                "name": name.format(number), "task": "tasks.t", "args": [number],
                 "schedule": {"__type__": "interval", "every": 3600, "relative": False}}))
             pipe.zadd("redbeat::schedule", {key: 2_000_000_000 + number})
             if number % 5000 == 4999:
@@ -95,9 +99,12 @@ def fill(client, count: int) -> None:
         pipe.execute()
 
 
-def redbeat(url: str, *args: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "redbeat", "--url", url, *args],
-                            text=True, **kwargs)
+def redbeat(url: str, *args: str, stdout: forked.Output, stderr: forked.Output
+            ) -> forked.Forked:
+    """``python -m redbeat --url url args`` writing to the files or descriptors given."""
+    return forked.start(sys.executable, os.environ.get("PYTHONPATH", ""),
+                        ["-m", "redbeat", "--url", url, *args], os.getcwd(),
+                        dict(os.environ), stdout, stderr)
 
 
 def in_process(url: str, *args: str) -> tuple[int, str]:
@@ -108,31 +115,43 @@ def in_process(url: str, *args: str) -> tuple[int, str]:
     return result.exit_code, result.stdout
 
 
+#: Entries exported then imported: three pages of the export's reads and three import
+#: batches (500 each, manage.PAGE and IMPORT_BATCH), the last one part full (it was 3,000:
+#: 2.5 s of CPU more, mostly in the import)
+STREAMED = 1200
+
+
 @pytest.mark.redis_server
 def test_export_then_import_elsewhere_streams_with_a_summary(redis_server, tmp_path):
+    """Streamed both ways over pages and batches of 500 (the last one part full)."""
     client = redis_server.client()
-    fill(client, 3000)
-    path = tmp_path / "export.json"
-    with open(path, "w") as out:
-        export = redbeat(redis_server.url, "export", stdout=out, stderr=subprocess.PIPE)
-        _, err = export.communicate(timeout=120)
-    assert export.returncode == 0 and err == \
-        "exported 3000 entries (0 static) from prefix 'redbeat:'\n"
-    assert len(path.read_text().splitlines()) == 3002  # a line per entry
-    load = redbeat(redis_server.url, "--prefix", "copy:", "import", str(path), "--quiet",
-                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out, err = load.communicate(timeout=120)
-    assert load.returncode == 0, err
-    assert out == "created 3000, updated 0, unchanged 0, pruned 0\n" and err == ""
-    assert client.zcard("copy::schedule") == 3000
-    assert client.hget("copy:job-002999", "definition") == client.hget(
-        "redbeat:job-002999", "definition")
+    fill(client, STREAMED)
+    path, errors = tmp_path / "export.json", tmp_path / "export.err"
+    path.touch()
+    errors.touch()
+    export = redbeat(redis_server.url, "export", stdout=str(path), stderr=str(errors))
+    assert export.wait(120) == 0 and errors.read_text() == \
+        f"exported {STREAMED} entries (0 static) from prefix 'redbeat:'\n"
+    assert len(path.read_text().splitlines()) == STREAMED + 2  # a line per entry
+    load = forked.run(["-m", "redbeat", "--url", redis_server.url, "--prefix", "copy:",
+                       "import", str(path), "--quiet"], os.getcwd(), timeout=120)
+    assert load.returncode == 0, load.stderr
+    assert load.stdout == f"created {STREAMED}, updated 0, unchanged 0, pruned 0\n"
+    assert load.stderr == ""
+    assert client.zcard("copy::schedule") == STREAMED
+    last = f"job-{STREAMED - 1:06d}"
+    assert client.hget(f"copy:{last}", "definition") == client.hget(f"redbeat:{last}",
+                                                                   "definition")
 
 
-#: Entries in the schedule Ctrl-C interrupts: each command's output (1.3 MB exported, 70 KB
-#: of import lines, 600 KB listed) is several times what it can write before it blocks on
-#: the held pipe (see :func:`interrupted`), whatever the machine's speed.
-INTERRUPTED = 5000
+#: Entries in the schedule Ctrl-C interrupts (two import batches, manage.IMPORT_BATCH) and
+#: their names, as long as an application's can be: each command's output (370 KB exported,
+#: 80 KB of import lines, 150 KB listed) is several times what it can write before it
+#: blocks on the held pipe (see :func:`interrupted`), whatever the machine's speed. (5,000
+#: entries of 10-character names wrote 1.2 MB, 75 KB and 400 KB, and cost 4 s of CPU more,
+#: most of it in checking and writing the imports.)
+INTERRUPTED = 1000
+LONG_NAME = "job-{:06d}-nightly-statement-of-the-receivables-ledger-for-the-emea-customers"
 
 
 def interrupted(url: str, *args: str, after: int) -> tuple[int, str, str]:
@@ -144,28 +163,31 @@ def interrupted(url: str, *args: str, after: int) -> tuple[int, str, str]:
     rest is read. Returns the exit status, all of standard output, standard error."""
     read_end, write_end = os.pipe()
     fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
-    with os.fdopen(read_end, "rb") as out:
-        process = redbeat(url, *args, stdout=write_end, stderr=subprocess.PIPE)
-        os.close(write_end)
+    with os.fdopen(read_end, "rb") as out, tempfile.TemporaryDirectory() as directory:
+        errors = Path(directory) / "stderr"
+        errors.touch()
+        process = redbeat(url, *args, stdout=write_end, stderr=str(errors))
+        os.close(write_end)  # the process has opened the pipe: its end is the only one
         head = b""
         while len(head) < after:
             chunk = out.read1(after - len(head))
             assert chunk, f"redbeat {' '.join(args)} ended after {len(head)} bytes"
             head += chunk
-        process.send_signal(signal.SIGINT)
+        os.kill(process.pid, signal.SIGINT)
         rest: list[bytes] = []
         reader = threading.Thread(target=lambda: rest.append(out.read()), daemon=True)
         reader.start()
-        _, err = process.communicate(timeout=120)
+        status = process.wait(120)
         reader.join(120)
+        err = errors.read_text()
     assert rest, "standard output was not read to its end"
-    return process.returncode, (head + rest[0]).decode(), err
+    return status, (head + rest[0]).decode(), err
 
 
 @pytest.mark.redis_server
 def test_ctrl_c_says_what_was_written_and_exits_130(redis_server, tmp_path):
     client = redis_server.client()
-    fill(client, INTERRUPTED)
+    fill(client, INTERRUPTED, LONG_NAME)
     # export: stopped once it has begun writing
     status, out, err = interrupted(redis_server.url, "export", after=20_000)
     assert status == 130, err
@@ -224,9 +246,10 @@ def test_a_progress_bar_on_a_terminal_none_with_quiet(redis_server, tmp_path):
 
         reader = threading.Thread(target=drain, daemon=True)
         reader.start()
-        with open(tmp_path / "out.json", "w") as out:
-            export = redbeat(redis_server.url, "export", *quiet, stdout=out, stderr=follower)
-            assert export.wait(120) == 0
+        (tmp_path / "out.json").write_text("")
+        export = redbeat(redis_server.url, "export", *quiet, stdout=str(tmp_path / "out.json"),
+                         stderr=follower)
+        assert export.wait(120) == 0
         os.close(follower)
         reader.join(30)
         os.close(leader)
