@@ -3,7 +3,8 @@ non-zero exit, and blames no entry; a quarantine is lifted in bulk (Python and C
 ``redbeat check`` says when entries need attention, with its own exit code.
 
 Real ``celery beat`` and ``celery -A ... redbeat`` processes against a real redis-server
-where the point is what a user sees (exit codes, the log); the release in Python.
+where the point is what a user sees (exit codes, the log), each forked from the session's
+forker (support/forked.py); the release in Python.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -28,6 +28,7 @@ from redbeat.manage import get_entry, release_quarantined
 from redbeat.planning import quarantine_reason
 from redbeat.preflight import UnrunnableApp, app_problems, check_app
 from redbeat.schedules import crontab
+from support import forked
 from support.processes import Cluster, write_app
 
 TYPO = "Europe/Pariss"
@@ -93,9 +94,8 @@ def test_the_celery_cli_refuses_an_unknown_app_zone_with_exit_8(tmp_path, redis_
     line = ("error: invalid Celery setting: timezone='Europe/Pariss' is not a time zone "
             "(ZoneInfoNotFoundError); give an IANA name such as 'Europe/Paris' (every "
             "entry without a zone of its own runs in it)")
-    result = subprocess.run([sys.executable, "-m", "celery", "-A", "beatapp", "redbeat",
-                             "list"], capture_output=True, text=True, timeout=120,
-                            cwd=tmp_path, env=env)
+    result = forked.run(["-m", "celery", "-A", "beatapp", "redbeat", "list"], str(tmp_path),
+                        env, timeout=120)
     assert result.returncode == EXIT_SETTINGS, result.stderr
     assert result.stderr.strip().splitlines() == [line]
     for args in (["add", "x", "beatapp.record", "--cron", "0 9 * * *"],
@@ -242,8 +242,8 @@ def test_url_problems(url, problem):
 
 
 def redbeat_command(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "redbeat", *args], capture_output=True,
-                          text=True, timeout=120)
+    """``python -m redbeat ...``, forked from the session's forker (support/forked.py)."""
+    return forked.run(["-m", "redbeat", *args], os.getcwd(), timeout=120)
 
 
 @pytest.mark.redis_server
