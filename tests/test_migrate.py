@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -30,6 +28,7 @@ from redbeat.migrate import (
     shelve_records,
 )
 from redbeat.schedules import clocked, crontab
+from support import forked
 from support.postgres import postgres_server
 from support.processes import CeleryProcess, write_app
 
@@ -39,9 +38,11 @@ NOW = datetime(2027, 3, 1, 12, 0, tzinfo=timezone.utc)
 
 
 def make_dcb_database(url: str) -> dict[str, float]:
-    """django-celery-beat's migrations and rows at ``url``; its next run of each task."""
-    done = subprocess.run([sys.executable, str(SUPPORT / "dcb.py"), url], check=True,
-                          capture_output=True, text=True, timeout=300)
+    """django-celery-beat's migrations and rows at ``url``; its next run of each task.
+    support/dcb.py runs in a process of its own (Django's set-up is process-wide), forked
+    from the session's forker (support/forked.py)."""
+    done = forked.run(["-c", (SUPPORT / "dcb.py").read_text(), url], timeout=300)
+    assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])["next"]
 
 
