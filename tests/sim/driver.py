@@ -1,13 +1,13 @@
 """Drive the real scheduler over simulated time and compare what it sent with the oracle.
 
 One :class:`Scenario` is an app (zone, ``enable_utc``), a set of entries saved at its
-start, a span of simulated time and a few downtimes. The real ``RedBeatScheduler.tick()``
-runs against a real redis-server under a fake clock that jumps: to the next score in
-the schedule plus a random lateness, with random extra ticks in between, and over each
-downtime (after which a new scheduler, as a restarted beat, takes over). Every message
-the scheduler would publish is recorded with the moment it was sent. The oracle
-(tests/sim/oracle.py) is then given the moments beat ticked and says what each entry
-must have sent.
+start, a span of simulated time and a few downtimes (or windows of up-time). The real
+``RedBeatScheduler.tick()`` runs against a real redis-server under a fake clock that
+jumps: to the next score in the schedule plus a random lateness, with random extra
+ticks in between, and over each downtime (after which a new scheduler, as a restarted
+beat, takes over). Every message the scheduler would publish is recorded with the
+moment it was sent. The oracle (tests/sim/oracle.py) is then given the moments beat
+ticked and says what each entry must have sent.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from itertools import pairwise
 from typing import Any
 
 import redis
@@ -88,6 +89,11 @@ class Scenario:
     #: Downtimes placed by hand (start, end), in place of ``downtimes`` random ones: a
     #: catch-up across a transition.
     fixed_downtimes: tuple[tuple[datetime, datetime], ...] = ()
+    #: When given, beat is up only in these (start, end) windows around the moments that
+    #: matter (the first from the start, the last to the end): down in between, each
+    #: window begun by a restarted beat's catch-up; the ``downtimes`` random ones fall
+    #: inside the windows. Weeks of span cost the ticks of a few days.
+    windows: tuple[tuple[datetime, datetime], ...] = ()
     #: Celery settings beyond the driver's own.
     conf: dict[str, Any] = field(default_factory=dict)
 
@@ -134,18 +140,27 @@ def make_app(url: str, zone: str, enable_utc: bool, **conf: Any) -> Celery:
 
 
 def plan_downtimes(rng: random.Random, scenario: Scenario) -> list[tuple[float, float]]:
-    """Non-overlapping downtimes, lengths log-uniform from 45 s to the scenario's longest,
-    none in the first or last tenth of the span."""
+    """Non-overlapping downtimes: the gaps between the scenario's windows, and random
+    ones, lengths log-uniform from 45 s to the scenario's longest (at most a fifth of
+    the window), none in the first or last tenth of the span (of a window, chosen by
+    its length)."""
     if scenario.fixed_downtimes:
         return sorted((down.timestamp(), back.timestamp())
                       for down, back in scenario.fixed_downtimes)
-    start, end = scenario.start.timestamp(), scenario.end.timestamp()
-    length = end - start
-    chosen: list[tuple[float, float]] = []
-    longest = min(scenario.longest_downtime, length / 5)
+    up = [(a.timestamp(), b.timestamp()) for a, b in scenario.windows]
+    assert all(a < b <= c for (a, b), (c, _) in pairwise(up)), scenario.windows
+    assert not up or (up[0][0], up[-1][1]) == (scenario.start.timestamp(),
+                                              scenario.end.timestamp()), scenario.name
+    gaps = [(b, c) for (_, b), (c, _) in pairwise(up) if b < c]
+    up = up or [(scenario.start.timestamp(), scenario.end.timestamp())]
+    chosen: list[tuple[float, float]] = list(gaps)
     for _ in range(scenario.downtimes * 4):
-        if len(chosen) == scenario.downtimes:
+        if len(chosen) == len(gaps) + scenario.downtimes:
             break
+        start, end = up[0] if len(up) == 1 else rng.choices(
+            up, weights=[b - a for a, b in up])[0]
+        length = end - start
+        longest = min(scenario.longest_downtime, length / 5)
         size = math.exp(rng.uniform(math.log(SHORTEST_DOWNTIME), math.log(longest)))
         at = rng.uniform(start + length / 10, end - length / 10 - size)
         if all(at + size < a or at > b for a, b in chosen):
