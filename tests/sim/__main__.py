@@ -3,8 +3,9 @@
 Runs every scenario of :func:`tests.sim.profiles.long_profile` (simulated years, every
 zone as the app zone, ``enable_utc`` on and off) on a redis-server of its own, and writes
 a markdown report: per scenario the ticks and the wall time, per case the dispatches
-compared and each mismatch. The report is rewritten after every scenario, so a run cut
-short still reports what finished. Exit status 1 when any case mismatched.
+compared and each mismatch (and the ticks that checked the next due time the tick
+before worked out, as the row ``(next due time)``). The report is rewritten after every
+scenario, so a run cut short still reports what finished. Exit status 1 when any case mismatched.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for s
 
 from support.redis_server import RedisServer  # noqa: E402
 
-from .driver import Outcome, Scenario, simulate  # noqa: E402
+from .driver import NEXT_DUE, Outcome, Scenario, simulate  # noqa: E402
 from .profiles import long_profile  # noqa: E402
 
 SHOWN = 10  # mismatches listed per case; the count says how many in all
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             outcomes, simulation = simulate(scenario, server.url)
             seconds = time.monotonic() - began
             sections.append(section(scenario, outcomes, len(simulation.ticks), seconds))
-            totals["compared"] += sum(o.compared for o in outcomes)
+            totals["compared"] += sum(o.compared for o in outcomes if o.case != NEXT_DUE)
             totals["sent"] += sum(o.sent for o in outcomes)
             totals["failed"] += sum(1 for o in outcomes if o.mismatches)
             totals["cases"] += len(outcomes)

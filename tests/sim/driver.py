@@ -5,9 +5,12 @@ start, a span of simulated time and a few downtimes (or windows of up-time). The
 ``RedBeatScheduler.tick()`` runs against a real redis-server under a fake clock that
 jumps: to the next score in the schedule plus a random lateness, with random extra
 ticks in between, and over each downtime (after which a new scheduler, as a restarted
-beat, takes over). Every message the scheduler would publish is recorded with the
-moment it was sent. The oracle (tests/sim/oracle.py) is then given the moments beat
-ticked and says what each entry must have sent.
+beat, takes over). The next score is the one the tick itself worked out (what beat
+sleeps until; read from Redis when a tick did not get that far): one round trip less
+per tick, and the next tick checks it (outcome ``NEXT_DUE``: nothing it reads as due is
+earlier). Every message the scheduler would publish is recorded with the moment it was
+sent. The oracle (tests/sim/oracle.py) is then given the moments beat ticked and says
+what each entry must have sent.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from .oracle import Rules, Zone, expected_dispatches, jitter_problems
 
 UTC = timezone.utc
 TASK = "sim.task"
+#: The outcome that checks the tick's own next due time (where the driver jumps to).
+NEXT_DUE = "(next due time)"
 SHORTEST_DOWNTIME, LONGEST_DOWNTIME = 45.0, 4.5 * 86400
 
 
@@ -111,11 +116,29 @@ class Outcome:
 
 
 class RecordingScheduler(RedBeatScheduler):
-    """The real scheduler; its broker publish records (sent at, entry, slot) instead."""
+    """The real scheduler; its broker publish records (sent at, entry, slot) instead, and
+    it keeps what its last tick read as due and worked out as the next due time."""
 
     def __init__(self, *args: Any, log: list[tuple[float, str, float]], **kwargs: Any) -> None:
         self.log = log
+        #: The scores of the rows the last tick read as due.
+        self.due_scores: list[float] = []
+        #: The earliest score the last tick left in the schedule, as the tick worked it
+        #: out (what beat sleeps until, inf for none): None when the tick did not get
+        #: that far (set to None before each tick).
+        self.next_due: float | None = None
         super().__init__(*args, **kwargs)
+
+    def _fetch(self, lease: Any) -> tuple[Any, float]:
+        fetch, now_ts = super()._fetch(lease)
+        self.due_scores = [] if fetch is None else [row.score for row in fetch.rows]
+        return fetch, now_ts
+
+    def _sleep_after(self, fetch: Any, plan: Any, now_ts: float) -> float:
+        scores = [score for score in (fetch.next_score, plan.earliest_score())
+                  if score is not None]
+        self.next_due = min(scores, default=math.inf)
+        return super()._sleep_after(fetch, plan, now_ts)
 
     def apply_async(self, entry: Any, producer: Any = None, advance: bool = True,
                     **kwargs: Any) -> None:
@@ -179,6 +202,11 @@ class Simulation:
         self.ticks: list[float] = []
         self.up: list[tuple[float, float]] = []
         self.schedule_key = ensure_conf(self.app).keys.schedule
+        #: The next due time the last tick worked out (None: not known, read Redis), and
+        #: the ticks that found an entry due before the time the tick before promised.
+        self.promised: float | None = None
+        self.promises_checked = 0
+        self.broken_promises: list[str] = []
 
     def scheduler(self) -> RecordingScheduler:
         return RecordingScheduler(self.app, clock=lambda: self.now, log=self.log,
@@ -201,6 +229,10 @@ class Simulation:
         self.app.conf.beat_schedule = statics
 
     def next_score(self) -> float | None:
+        """The earliest score in the schedule: as the last tick worked it out (what beat
+        would sleep until; :meth:`tick` checks it at the next tick), else read."""
+        if self.promised is not None:
+            return None if math.isinf(self.promised) else self.promised
         found = self.client.zrangebyscore(self.schedule_key, 0, "+inf", start=0, num=1,
                                           withscores=True)
         return float(found[0][1]) if found else None
@@ -215,9 +247,25 @@ class Simulation:
 
     def tick(self, scheduler: RecordingScheduler) -> None:
         self.ticks.append(self.now)
-        for _ in range(5):  # 0.0: the lease was just taken, or an edit raced: again now
-            if scheduler.tick() != 0.0 and scheduler.leading:
-                return
+        for attempt in range(5):  # 0.0: the lease was just taken, or an edit raced: again now
+            scheduler.next_due = None
+            interval = scheduler.tick()
+            if attempt == 0 and self.promised is not None:
+                self.check_promise(self.promised, scheduler.due_scores)
+            if interval != 0.0 and scheduler.leading:
+                break
+        self.promised = scheduler.next_due
+
+    def check_promise(self, promised: float, due_scores: list[float]) -> None:
+        """Nothing the tick read as due may be earlier than the next due time the tick
+        before worked out, ``promised`` (a millisecond's leeway)."""
+        self.promises_checked += 1
+        early = [score for score in due_scores if score < promised - 0.001]
+        if early:
+            self.broken_promises.append(
+                f"tick {stamp(self.now)} read {len(early)} entr(ies) due from "
+                f"{stamp(min(early))}, before the next due time the last tick worked out "
+                f"({stamp(promised)})")
 
     def run(self) -> None:
         self.save_entries()
@@ -234,6 +282,7 @@ class Simulation:
                 scheduler.close()
                 moment = back
                 scheduler = self.scheduler()
+                self.promised = None
                 up_since = back
             if moment > end:
                 break
@@ -255,8 +304,9 @@ class Simulation:
         by_case: dict[str, list[tuple[float, float]]] = {}
         for sent_at, name, slot in self.log:
             by_case.setdefault(name, []).append((sent_at, slot))
-        return [compare(case, case.runs(span), by_case.get(case.name, []), self)
-                for case in self.scenario.cases]
+        outcomes = [compare(case, case.runs(span), by_case.get(case.name, []), self)
+                    for case in self.scenario.cases]
+        return [*outcomes, Outcome(NEXT_DUE, self.promises_checked, 0, self.broken_promises)]
 
 
 def compare(case: Case, runs: list[datetime], sent: list[tuple[float, float]],
