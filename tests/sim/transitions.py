@@ -66,15 +66,20 @@ def zone_around(name: str, transition: datetime) -> Zone:
 
 def transitions(name: str) -> list[datetime]:
     """Where ``name``'s UTC offset changes in YEARS, to the hour (where to look; the
-    oracle's own :class:`Zone` finds each to the second)."""
+    oracle's own :class:`Zone` finds each to the second): a day at a time, then hour by
+    hour through a day that ends on another offset (no zone changes twice in a day)."""
     tz, found = ZoneInfo(name), []
-    hour = datetime(YEARS[0], 1, 1, tzinfo=UTC)
-    offset = hour.astimezone(tz).utcoffset()
-    while hour.year <= YEARS[-1]:
-        hour += timedelta(hours=1)
-        if (now := hour.astimezone(tz).utcoffset()) != offset:
-            offset = now
-            found.append(hour)
+    day = datetime(YEARS[0], 1, 1, tzinfo=UTC)
+    offset = day.astimezone(tz).utcoffset()
+    while day.year <= YEARS[-1]:
+        following = day + timedelta(days=1)
+        if following.astimezone(tz).utcoffset() != offset:
+            for hours in range(1, 25):
+                hour = day + timedelta(hours=hours)
+                if (now := hour.astimezone(tz).utcoffset()) != offset:
+                    offset = now
+                    found.append(hour)
+        day = following
     return found
 
 
