@@ -107,6 +107,24 @@ def test_a_non_local_bind_without_credentials_refuses_to_start(redis_server: Any
 # -- against the running command -------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def tab(browser: Any) -> Iterator[Any]:
+    """The module's one page, in a context of its own: a new context or page starts a
+    renderer whose first loads cost about twice what they cost in one that has run
+    before."""
+    context = browser.new_context()
+    yield context.new_page()
+    context.close()
+
+
+@pytest.fixture
+def page(tab: Any) -> Any:
+    """The module's page without the cookies an earlier test left, as a new visitor's;
+    each test's first step loads a page of its own (the servers are the test's own)."""
+    tab.context.clear_cookies()
+    return tab
+
+
 @pytest.fixture
 def started(redis_server: Any, tmp_path: Path) -> Iterator[Any]:
     servers: list[WebServer] = []
@@ -153,11 +171,10 @@ def test_every_request_needs_the_credentials_and_every_post_the_csrf_token(
 
 
 def test_read_only_mode_shows_no_action_and_refuses_changes(
-        redis_server: Any, started: Any, browser: Any) -> None:
+        redis_server: Any, started: Any, page: Any) -> None:
     app = make_app(redis_server.url)
     RedBeatSchedulerEntry("job", "tasks.job", 60.0, app=app).save()
     server = started("--read-only")
-    page = browser.new_page()
     page.goto(server.url + "/entry?name=job")
     assert page.locator("form[method=post]").count() == 0
     assert "read-only" in page.inner_text("header")
@@ -167,7 +184,6 @@ def test_read_only_mode_shows_no_action_and_refuses_changes(
     # without credentials, only local names are served (no DNS rebinding)
     assert fetch(server.url + "/entries", headers={"Host": "attacker.example"})[0] == 403
     assert manage.get_entry(app, "job").state == "enabled"
-    page.close()
 
 
 PAYLOADS = {
@@ -179,7 +195,7 @@ PAYLOADS = {
 
 
 def test_html_and_script_written_into_redis_render_as_text(
-        redis_server: Any, started: Any, browser: Any) -> None:
+        redis_server: Any, started: Any, page: Any) -> None:
     app = make_app(redis_server.url)
     RedBeatSchedulerEntry(PAYLOADS["name"], PAYLOADS["task"], 60.0, args=[PAYLOADS["arg"]],
                           app=app).save()
@@ -190,7 +206,6 @@ def test_html_and_script_written_into_redis_render_as_text(
         "quarantine": json.dumps({"reason": PAYLOADS["reason"]})})
     client.zadd("redbeat::schedule", {"redbeat:" + PAYLOADS["name"] + "-raw": -1})
     server = started()
-    page = browser.new_page()
     seen = []
     for path, name in (("/entries", "xss-entries"),
                        ("/entry?name=" + _quote(PAYLOADS["name"]), "xss-entry"),
@@ -206,7 +221,6 @@ def test_html_and_script_written_into_redis_render_as_text(
     text = "\n".join(seen)
     for payload in PAYLOADS.values():
         assert payload in text
-    page.close()
 
 
 def _quote(text: str) -> str:
@@ -218,7 +232,7 @@ def _quote(text: str) -> str:
 PASSWORD = "s3cret-redis-pw"
 
 
-def test_the_redis_password_never_reaches_a_page(started: Any, browser: Any) -> None:
+def test_the_redis_password_never_reaches_a_page(started: Any, page: Any) -> None:
     with RedisServer() as locked:  # this test's own server: its password set here
         locked.client().config_set("requirepass", PASSWORD)
         url = f"redis://:{PASSWORD}@127.0.0.1:{locked.port}/0"
@@ -228,7 +242,6 @@ def test_the_redis_password_never_reaches_a_page(started: Any, browser: Any) -> 
         gone = started(url=f"redis://:{PASSWORD}@127.0.0.1:1/0", ready=False)
         wrong.wait_ready()
         gone.wait_ready()
-        page = browser.new_page()
         for server, path in ((good, "/nodes"), (good, "/entries"), (good, "/metrics"),
                              (wrong, "/nodes"), (wrong, "/entries"), (gone, "/nodes")):
             response = page.goto(server.url + path)
@@ -236,7 +249,6 @@ def test_the_redis_password_never_reaches_a_page(started: Any, browser: Any) -> 
             assert PASSWORD not in response.text()
         page.goto(good.url + "/nodes")
         assert "redis://:***@127.0.0.1" in page.inner_text("#redis")
-        page.close()
 
 
 @pytest.mark.parametrize("band", ["from=nan", "to=nan", "from=inf", "from=-inf", "from=1e20",
