@@ -4,17 +4,22 @@ written and run in a fresh process each (a real redis-server; Django with its re
 sessions and users in SQLite; the Flask one also served by waitress to headless
 Chromium). Without a login the view answers 403; after the host app's login every page
 is served under the prefix, its links carry the prefix, and a confirmed disable goes
-through its CSRF-protected forms."""
+through its CSRF-protected forms. Each process is forked from the session's forker
+(support/forked.py), which has imported Celery but neither Flask, Django nor the
+project: those are imported and set up in the process, as new."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from support import forked
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "web.md"
 SRC = Path(__file__).resolve().parent.parent / "src"
@@ -39,6 +44,8 @@ MIDDLEWARE = ["django.contrib.sessions.middleware.SessionMiddleware",
 ROOT_URLCONF = "proj.urls"
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": "db.sqlite3"}}
 USE_TZ = True
+# Django's advice for tests: its default hasher spends about 0.5 s of CPU on each password
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 """
 
 #: What both drivers check once logged in, through the prefix, as a browser would.
@@ -140,10 +147,10 @@ def example(first_line: str) -> str:
 def run(directory: Path, driver: str, redis_url: str) -> dict[str, Any]:
     (directory / "checks.py").write_text(CHECKS)
     (directory / "driver.py").write_text(driver)
-    result = subprocess.run(
-        [sys.executable, "driver.py"], cwd=directory, capture_output=True, text=True,
-        timeout=120, env={**os.environ, "REDIS_URL": redis_url,
-                          "PYTHONPATH": os.pathsep.join([str(directory), str(SRC)])})
+    result = forked.run(
+        ["-m", "driver"], str(directory), timeout=120,
+        env={**os.environ, "REDIS_URL": redis_url,
+             "PYTHONPATH": os.pathsep.join([str(directory), str(SRC)])})
     assert result.returncode == 0, result.stderr[-3000:]
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))
 
@@ -204,7 +211,7 @@ def test_a_browser_uses_the_view_mounted_in_a_flask_app(redis_server: Any, tmp_p
                                                        browser: Any) -> None:
     """The same Flask example served by waitress, used in headless Chromium: refused
     before the host app's login, then paged, confirmed and changed under the prefix."""
-    from support.redis_server import free_port, stop_process
+    from support.redis_server import free_port
     from support.waiting import wait_until
     from support.web import fetch
 
@@ -215,12 +222,13 @@ def test_a_browser_uses_the_view_mounted_in_a_flask_app(redis_server: Any, tmp_p
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     context = browser.new_context()
-    with open(tmp_path / "serve.log", "w") as log:
-        server = subprocess.Popen(
-            [sys.executable, "serve.py", str(port)], cwd=tmp_path, stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "REDIS_URL": redis_server.url,
-                 "PYTHONPATH": os.pathsep.join([str(tmp_path), str(SRC)])})
+    log = tmp_path / "serve.log"
+    log.write_text("")
+    server = forked.start(
+        sys.executable, os.environ.get("PYTHONPATH", ""), ["-m", "serve", str(port)],
+        str(tmp_path), {**os.environ, "REDIS_URL": redis_server.url,
+                        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(SRC)])},
+        str(log), str(log))
     try:
         wait_until(lambda: _answers(url + "/ops/redbeat/entries", fetch), 20,
                    "the Flask app under waitress")
@@ -240,7 +248,13 @@ def test_a_browser_uses_the_view_mounted_in_a_flask_app(redis_server: Any, tmp_p
         assert page.url == url + "/ops/redbeat/timeline"
     finally:
         context.close()
-        stop_process(server)
+        if server.poll() is None:
+            os.kill(server.pid, signal.SIGTERM)
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:
+                os.kill(server.pid, signal.SIGKILL)
+                server.wait(10)
 
 
 def _answers(url: str, fetch: Any) -> bool:
