@@ -19,6 +19,8 @@ from celery import Celery
 
 from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry, manage
+from redbeat.planning import Backlog, held_backlog
+from redbeat.policy import EntryPolicy
 from redbeat.runtime import store_for
 from redbeat.schedulers import get_redis
 from redbeat.store import definition_sha1
@@ -481,3 +483,99 @@ def test_a_pending_record_is_read_by_its_structure_whatever_its_spacing(app, sep
     assert scheduler.sent == [("job", "job:run")]
     assert scheduler.messages[0].args == [1]
     assert nothing_held(client)
+
+
+# -- a backlog of held slots larger than a batch: the tick's own claims wait behind it --
+
+CATCH_UP = {
+    # (policy, ticks with the broker down, the broker back at): every slot sent, in due
+    # order: "a" is due at 0, 5, 10 ..., "b" at 2, 7, 12 ... (batch size 3)
+    "each missed slot (coalesce=False, max_catch_up=20)": (
+        EntryPolicy(coalesce=False, max_catch_up=20),
+        [16],  # one tick after a silence (a failover): 7 slots claimed, all held
+        21,
+        ["a:0", "b:2", "a:5", "b:7", "a:10", "b:12", "a:15", "b:17", "a:20"],
+        {},
+    ),
+    "coalesced (coalesce=True)": (
+        EntryPolicy(),
+        [0, 5, 10, 15],  # a slot held each tick, then 20, 25, 30 missed: one run
+        31,
+        ["a:0", "b:2", "a:5", "b:7", "a:10", "b:12", "a:15", "b:27", "a:30"],
+        {},  # the slots folded into a catch-up run are not misfires
+    ),
+    "a catch-up bound smaller than the gap (max_catch_up=2)": (
+        EntryPolicy(coalesce=False, max_catch_up=2),
+        [0, 5, 10],
+        31,  # "a" missed 15, 20, 25, 30 and "b" 12, 17, 22, 27: the latest two each run
+        ["a:0", "b:2", "a:5", "b:7", "a:10", "b:22", "a:25", "b:27", "a:30"],
+        {"a": 2, "b": 2},
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("policy", "down", "back", "expected", "skipped"), CATCH_UP.values(), ids=CATCH_UP.keys()
+)
+def test_slots_held_past_a_batch_go_out_before_newer_ones_of_their_entries(
+    redis_server, policy, down, back, expected, skipped
+):
+    """The bug: a failover (tests/test_sentinel_bursts.py) left more held slots than a
+    batch; the first tick after it re-sent the oldest batch, then sent its own claims,
+    newer slots of the same entries, and the held rest went a tick later: an entry's
+    slots reached the broker out of order (0, 5, 20, then 10, 15), and beat stopped in
+    between left gaps. Now the claims wait, held, and the backlog goes batch after
+    batch at once (the tick returns 0): whenever beat stops, each entry's slots sent
+    are its oldest, none skipped but by its policy."""
+    app = make_app(redis_server.url, redbeat_batch_size=3)
+    client = get_redis(app)
+    clock = Clock(T0 - 1)
+    for name, last in (("a", -5), ("b", -3)):
+        RedBeatSchedulerEntry(
+            name, f"tasks.{name}", 5.0, app=app, last_run_at=at(last), policy=policy
+        ).save()
+    scheduler = BrokerDown(app, clock=clock)
+    scheduler.tick()  # takes the lock
+    for second in down:
+        clock.now = T0 + second
+        scheduler.tick()
+    assert scheduler.sent == []
+    scheduler.down = False
+    clock.now = T0 + back
+    wanted = [slot_id(name, float(offset)) for name, offset in (s.split(":") for s in expected)]
+    ticks = 0
+    while True:
+        interval = scheduler.tick()
+        ticks += 1
+        assert scheduler.task_ids == wanted[: len(scheduler.task_ids)]  # oldest first, no gap
+        if interval > 0 or ticks > 5:
+            break
+    assert scheduler.task_ids == wanted
+    # every slot went as a held one (the claims too), a batch a tick, the ticks at once,
+    # and the last tick found none left
+    assert ticks == len(wanted) // 3 + 1
+    assert nothing_held(client)
+    misfires = {
+        name: json.loads(client.hget(f"redbeat:{name}", "misfires") or "{}").get("skipped")
+        for name in ("a", "b")
+    }
+    assert {name: count for name, count in misfires.items() if count} == skipped
+    scheduler.close()
+
+
+@pytest.mark.parametrize(
+    ("held", "done", "at_least_once", "claims_wait", "again"),
+    [
+        (0, 0, True, False, False),  # nothing held: the claims go
+        (2, 2, True, False, False),  # the backlog's last batch went: they follow it
+        (3, 3, True, True, True),  # a full batch went: maybe more held, unread
+        (4, 4, True, True, True),  # (a batch read past its size: the same)
+        (2, 1, True, True, False),  # a held slot did not go (the broker failed)
+        (3, 2, True, True, False),
+        (3, 3, False, False, True),  # at-most-once claims are never held: they go
+        (2, 1, False, False, False),
+    ],
+)
+def test_the_claims_wait_behind_held_slots_still_to_go(held, done, at_least_once, claims_wait,
+                                                      again):
+    assert held_backlog(held, done, 3, at_least_once) == Backlog(claims_wait, again)

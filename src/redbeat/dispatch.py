@@ -36,7 +36,15 @@ from kombu.exceptions import OperationalError
 
 from . import publish
 from .broker_errors import DROP, HOLD, cause_of, verdict
-from .planning import Claim, PendingMessage, held_grace, printable, read_pending
+from .planning import (
+    Backlog,
+    Claim,
+    PendingMessage,
+    held_backlog,
+    held_grace,
+    printable,
+    read_pending,
+)
 from .settings import AT_LEAST_ONCE, RedBeatConfig
 
 if TYPE_CHECKING:
@@ -187,6 +195,9 @@ class Dispatcher:
         #: ids whose send ended (and was confirmed) after its tick gave up on it: a tick
         #: that read them as pending before that confirmation must not send them again
         self._sent_late: set[str] = set()
+        #: what the held slots this tick re-sent leave for its claims: they wait while
+        #: older held slots are still to go (planning.held_backlog)
+        self.backlog = Backlog(False, False)
         #: argsrepr/kwargsrepr kept from tick to tick (a third of a message's build)
         self._reprs = publish.Reprs()
         self._templates = publish.Templates()
@@ -291,8 +302,9 @@ class Dispatcher:
         busy machine (benchmarks/e2e.py, 1,000 slots, three alternating runs: 135, 382
         and 393 ms to the last message against 250, 415 and 444, the same CPU). A broker that has
         been quiet is pinged meanwhile, on the publishing thread (:meth:`_probe_ahead`).
-        Nothing is drafted for a broker that is down or slots that leave one by one."""
-        if not claims or self.broker_down or not self.batched(path):
+        Nothing is drafted for a broker that is down, slots that leave one by one or
+        claims that wait behind held slots."""
+        if not claims or self.backlog.claims_wait or self.broker_down or not self.batched(path):
             return commit(), {}
         self._probe_ahead()
         drafts = self.draft(claims)
@@ -364,10 +376,11 @@ class Dispatcher:
         drafts: Drafts | None = None,
     ) -> Sent:
         """Publish the slots a tick claimed (``drafts``: their messages drafted already,
-        by task id), and count them."""
-        sent = self.send(
-            [(claim.entry, claim.task_id) for claim in claims], lease, path, wait, drafts=drafts
-        )
+        by task id), and count them. None while older held slots are still to go
+        (:attr:`backlog`): they stay held (commit.lua recorded them) and go after those,
+        in due order, from a later tick."""
+        slots = [] if self.backlog.claims_wait else [(c.entry, c.task_id) for c in claims]
+        sent = self.send(slots, lease, path, wait, drafts=drafts)
         self._count([(claim.task_id, claim.due) for claim in claims], sent.done)
         return sent
 
@@ -379,7 +392,8 @@ class Dispatcher:
         released after a broker outage must reach the workers in the order it was due.
         A slot past its misfire grace is dropped instead (one log line; counted in its
         entry's misfires by confirm.lua), also while the broker is down, so an outage
-        does not pile up slots that will never be sent.
+        does not pile up slots that will never be sent. Sets :attr:`backlog`: whether
+        the tick's claims may follow (every held slot went, the last of them read).
 
         Returns the task ids done with (sent or dropped) and the misfires to count."""
         done: list[str] = []
@@ -433,6 +447,12 @@ class Dispatcher:
             [(task_id, held_slot.due) for task_id, held_slot in held if task_id in reasons], sent
         )
         done.extend(sent)
+        self.backlog = held_backlog(
+            len(fetch.pending),
+            len(done),
+            self.config.batch_size,
+            self.config.delivery == AT_LEAST_ONCE,
+        )
         return done, [(key, count, last.isoformat()) for key, (count, last) in late.items()]
 
     def _count(self, slots: list[tuple[str, datetime]], done: list[str]) -> None:

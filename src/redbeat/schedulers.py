@@ -442,6 +442,8 @@ class RedBeatScheduler(Scheduler):
             # still due: sleeping until the plan's next score would let the next slot come
             # due too, and the two would be coalesced into one run (a slot lost to an edit)
             return 0.0
+        if self.dispatcher.backlog.again:  # more held slots than a batch: the next at once
+            return 0.0
         return self._sleep_after(fetch, plan, now_ts)
 
     # -- the per-entry path, for subclasses written against celery-redbeat 2.4.2 ----------
