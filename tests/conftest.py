@@ -20,10 +20,15 @@ from hypothesis import HealthCheck, settings
 sys.path.insert(0, str(Path(__file__).parent))
 
 from support import senders  # noqa: E402
-from support.redis_server import RedisServer, require_redis_server  # noqa: E402
+from support.redis_server import (  # noqa: E402
+    RedisServer,
+    cache_client_version,
+    require_redis_server,
+)
 from support.warm import compile_ahead  # noqa: E402
 
 senders.install()
+cache_client_version()
 
 # The property tests prove what is computed, not how fast: hypothesis's 200-ms deadline per
 # example and its check that inputs are generated quickly fail them on a loaded machine.

@@ -6,6 +6,7 @@ expiry, locking, restarts) gets a server this module started and will stop by it
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
@@ -21,6 +22,20 @@ import redis
 REQUIRE_ENV = "REDBEAT_REQUIRE_REDIS"
 #: Path of a redis-server older than 7, for what such a server answers differently.
 REDIS6_ENV = "REDBEAT_REDIS6_SERVER"
+
+
+def cache_client_version() -> None:
+    """Have redis-py look its own version up once: redis-py 8 reads it from the installed
+    packages' metadata (importlib.metadata: about 1 ms of CPU) for every client it
+    builds, to send in CLIENT SETINFO, and the tests build hundreds (a probe client per
+    poll of a deployment's state, 950 in test_deployments_harness). The version cannot
+    change during a session. Only this process: the processes a test starts run
+    redis-py as it is."""
+    import redis.utils
+
+    lookup = getattr(redis.utils, "get_lib_version", None)
+    if lookup is not None and not hasattr(lookup, "cache_info"):
+        redis.utils.get_lib_version = functools.cache(lookup)
 
 
 def redis_server_binary() -> str | None:
