@@ -129,7 +129,7 @@ def run_through_fault(cluster: Cluster, schedule: RedisServer, refuse: Callable[
 def consumed_by_a_worker(cluster: Cluster, queued: int) -> list[str]:
     """Every message the broker holds, run by a real worker: the ids it executed."""
     worker = cluster.worker()
-    wait_until(lambda: len(cluster.executions()) >= queued, 90, f"{queued} executions")
+    wait_until(lambda: cluster.execution_count() >= queued, 90, f"{queued} executions")
     worker.terminate()
     return [run["id"] for run in cluster.executions()]
 

@@ -240,6 +240,8 @@ class Cluster:
             **settings,
         }
         self.processes: list[CeleryProcess] = []
+        self._results: redis.Redis | None = None
+        self._broker: redis.Redis | None = None
 
     def beat(self, name: str, python: str | None = None,
              scheduler: str = "redbeat.RedBeatScheduler", env: dict[str, str] | None = None,
@@ -271,13 +273,23 @@ class Cluster:
         return process
 
     def executions(self) -> list[dict[str, Any]]:
-        client = redis.Redis.from_url(self.redis_url)
-        return [json.loads(raw) for raw in client.lrange(EXECUTIONS, 0, -1)]
+        return [json.loads(raw) for raw in self.results().lrange(EXECUTIONS, 0, -1)]
+
+    def execution_count(self) -> int:
+        """``len(self.executions())`` without reading them: what a wait polls."""
+        return int(self.results().llen(EXECUTIONS))
+
+    def results(self) -> redis.Redis:
+        """A client of the Redis the task records its runs in (one per cluster)."""
+        if self._results is None:
+            self._results = redis.Redis.from_url(self.redis_url)
+        return self._results
 
     def queued_task_ids(self, queue: str = "celery") -> list[str]:
         """Ids of the messages waiting in the Redis broker (sent, not yet consumed)."""
-        client = redis.Redis.from_url(self.broker_url)
-        return [json.loads(raw)["headers"]["id"] for raw in client.lrange(queue, 0, -1)]
+        if self._broker is None:
+            self._broker = redis.Redis.from_url(self.broker_url)
+        return [json.loads(raw)["headers"]["id"] for raw in self._broker.lrange(queue, 0, -1)]
 
     def stop(self) -> None:
         """SIGTERM every process still running, then wait for each: they shut down
