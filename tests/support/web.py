@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,6 +38,12 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
                  "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
+#: Features turned off beyond those Playwright turns off. In the headless mode of today's
+#: Chromium each browser context preloads the address bar's drop-down, two WebUI pages
+#: (chrome://omnibox-popup.top-chrome) in a renderer of their own: about 0.7 s of CPU per
+#: context (measured: a context, a page and a load cost 1.3 s with it, 0.55 s without),
+#: for browser UI no test sees. Pages are loaded and rendered as before.
+DISABLED_FEATURES = ("WebUIOmniboxPopup", "WebUIOmniboxAimPopup")
 #: Screenshots of each page, kept for docs/web.md and for looking at a failure.
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web"
 
@@ -112,6 +119,37 @@ def fetch(url: str, data: dict[str, str] | None = None,
         return exc.code, exc.read().decode()
 
 
+def playwright_disabled_features() -> list[str] | None:
+    """The features Playwright's own launch turns off (its ``--disable-features``), read
+    from its driver's source; None if they are not found there. Chromium keeps only the
+    last ``--disable-features`` it is given, so one of ours must list Playwright's too."""
+    import playwright
+
+    lib = Path(playwright.__file__).parent / "driver" / "package" / "lib"
+    for source in (lib / "server" / "chromium" / "chromiumSwitches.js", lib / "coreBundle.js"):
+        try:
+            text = source.read_text(errors="replace")
+        except OSError:
+            continue
+        found = re.search(r"\bdisabledFeatures\s*=\s*(?:\([^)]*\)\s*=>\s*)?\[(.*?)\]", text,
+                          re.S)
+        if found:
+            listed = re.sub(r"//[^\n]*", "", found.group(1))
+            return re.findall(r"[\"']([A-Za-z0-9_]+)[\"']", listed)
+    return None
+
+
+def chromium_args() -> list[str]:
+    """CHROMIUM_ARGS, and DISABLED_FEATURES added to Playwright's own list of features it
+    turns off; without that list (a Playwright that keeps it elsewhere) Playwright's
+    own is left as it is and ours are not turned off."""
+    theirs = playwright_disabled_features()
+    if not theirs:
+        return list(CHROMIUM_ARGS)
+    features = [*theirs, *(name for name in DISABLED_FEATURES if name not in theirs)]
+    return [*CHROMIUM_ARGS, "--disable-features=" + ",".join(features)]
+
+
 @contextmanager
 def chromium() -> Iterator[Any]:
     """A headless Chromium browser (Playwright's ``Browser``): conftest's ``browser``
@@ -119,7 +157,7 @@ def chromium() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=chromium_args())
         try:
             yield browser
         finally:
