@@ -27,6 +27,10 @@ from support.web import WebServer, browser_available, screenshot, write_entries
 pytestmark = pytest.mark.e2e
 
 BURST = 1000
+#: How often a wait here looks again: the beat ticks once a second, so looking every
+#: 20 ms (wait_until's default) only adds reads of the broker's queue, each a new
+#: connection and every message decoded.
+POLL = 0.1
 
 
 class Stack:
@@ -53,7 +57,8 @@ class Stack:
 
         for _ in range(count):
             before = last()
-            wait_until(lambda mark=before: last() > mark, 60, "a tick of the beat")
+            wait_until(lambda mark=before: last() > mark, 60, "a tick of the beat",
+                       interval=POLL)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +91,8 @@ def page(stack: Stack, browser: Any) -> Iterator[Any]:
 
 def test_disabling_an_entry_from_its_page_stops_its_dispatch(stack: Stack, page: Any) -> None:
     RedBeatSchedulerEntry("every-second", "beatapp.record", 1.0, app=stack.app).save()
-    wait_until(lambda: len(stack.sent("every-second")) >= 2, 60, "two dispatches")
+    wait_until(lambda: len(stack.sent("every-second")) >= 2, 60, "two dispatches",
+               interval=POLL)
     page.goto(stack.web.url + "/entry?" + "name=every-second")
     screenshot(page, "entry")
     assert page.locator("#action-enable").count() == 0  # only the actions that apply
@@ -110,7 +116,7 @@ def test_run_now_from_the_entry_page_dispatches_it(stack: Stack, page: Any) -> N
     page.click("#action-run")
     assert "queued hourly as hourly:run-now:" in page.inner_text(".flash")
     wait_until(lambda: any(":run-now:" in task_id for task_id in stack.sent("hourly")), 10,
-               "the run-now dispatch in the broker")
+               "the run-now dispatch in the broker", interval=POLL)
     assert len(stack.sent("hourly")) == 1
 
 
@@ -134,7 +140,8 @@ def test_editing_an_entry_validates_and_the_beat_follows_it(stack: Stack, page: 
     assert "saved edited" in page.inner_text(".flash-ok")
     entry = manage.get_entry(stack.app, "edited").entry
     assert entry.args == ["edited", 2] and entry.schedule.run_every.total_seconds() == 1
-    wait_until(lambda: len(stack.sent("edited")) >= 2, 60, "the edited schedule to run")
+    wait_until(lambda: len(stack.sent("edited")) >= 2, 60, "the edited schedule to run",
+               interval=POLL)
     page.click("#action-disable")  # quiet again for the metrics test
     page.click("#confirm")
 
@@ -149,7 +156,8 @@ def paused_gauge(stack: Stack) -> float | None:
 
 def test_pausing_the_schedule_stops_the_beat_until_resumed(stack: Stack, page: Any) -> None:
     RedBeatSchedulerEntry("paused-every-second", "beatapp.record", 1.0, app=stack.app).save()
-    wait_until(lambda: len(stack.sent("paused-every-second")) >= 2, 60, "two dispatches")
+    wait_until(lambda: len(stack.sent("paused-every-second")) >= 2, 60, "two dispatches",
+               interval=POLL)
     page.goto(stack.web.url + "/nodes")
     page.click("#pause")
     assert page.inner_text("#confirm-title") == "Pause the whole schedule?"
@@ -165,7 +173,7 @@ def test_pausing_the_schedule_stops_the_beat_until_resumed(stack: Stack, page: A
     page.click("#resume")
     assert "running" in page.inner_text("#paused")
     wait_until(lambda: len(stack.sent("paused-every-second")) >= at_pause + 2, 15,
-               "dispatches again once resumed")
+               "dispatches again once resumed", interval=POLL)
     assert paused_gauge(stack) == 0
     manage.set_enabled(stack.app, "paused-every-second", False)
 
@@ -183,7 +191,8 @@ def test_the_celery_subcommand_serves_the_apps_schedule(stack: Stack, page: Any)
     port = free_port()
     web = stack.cluster.command("celery-web", "redbeat", "web", "--port", str(port))
     web.wait_for("redbeat web: http://127.0.0.1:")
-    wait_until(lambda: _answers(f"http://127.0.0.1:{port}/nodes"), 60, "celery redbeat web")
+    wait_until(lambda: _answers(f"http://127.0.0.1:{port}/nodes"), 60, "celery redbeat web",
+               interval=POLL)
     page.goto(f"http://127.0.0.1:{port}/nodes")
     assert "lock expires in" in page.inner_text("#leader")
     web.terminate()
@@ -232,13 +241,15 @@ def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 def test_metrics_match_the_dispatches_in_the_broker(stack: Stack, page: Any) -> None:
     # dispatches of its own (the other tests may run in another worker), then quiet
     RedBeatSchedulerEntry("metered", "beatapp.record", 1.0, app=stack.app).save()
-    wait_until(lambda: len(stack.sent("metered")) >= 3, 60, "three dispatches")
+    wait_until(lambda: len(stack.sent("metered")) >= 3, 60, "three dispatches",
+               interval=POLL)
     manage.set_enabled(stack.app, "metered", False)
     client = stack.redis.client()
     client.hset("redbeat:broken", mapping={"definition": "{not json", "meta": "{}"})
     client.zadd("redbeat::schedule", {"redbeat:broken": time.time()})
     wait_until(lambda: manage.get_entry(stack.app, "broken").quarantine is not None, 10,
-               "the beat to quarantine the broken entry")  # (its state says so at once)
+               "the beat to quarantine the broken entry",  # (its state says so at once)
+               interval=POLL)
     stack.ticks(2)  # nothing is due now (a slot claimed at the disable has gone out)
     beat = scrape(stack.metrics_url)
     in_broker = len(stack.cluster.queued_task_ids())
