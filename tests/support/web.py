@@ -175,13 +175,18 @@ def write_entries(app: Celery, entries: list[tuple[str, str, float, dict[str, An
                   chunk: int = 10_000) -> None:
     """Write many entries fast, as ``save()`` would store them: ``(name, task, score,
     changes)`` where ``changes`` may set ``enabled``, ``args``, ``every`` (seconds) and
-    ``runs`` (a last run ``runs`` intervals ago). A definition is encoded once per
-    distinct shape and copied with the name and task substituted; each chunk is one
-    script call (atomic, as a transaction would be)."""
+    ``runs`` (a last run ``runs`` intervals before the call). A definition is encoded
+    once per distinct shape and copied with the name and task substituted, a meta once
+    per interval and count of runs; each chunk is one script call (atomic, as a
+    transaction would be)."""
     keys = ensure_conf(app).keys
     store = store_for(app)
     templates: dict[tuple[float, bool, str], str] = {}
+    metas: dict[tuple[float, int], str] = {}
+    tasks: dict[str, str] = {}
     never_ran = meta_json(None, 0)
+    now = time.time()
+    quoted = json.encoder.encode_basestring_ascii  # what json.dumps does to a str
 
     def definition(name: str, task: str, changes: dict[str, Any]) -> str:
         every, enabled = float(changes.get("every", 60.0)), bool(changes.get("enabled", True))
@@ -191,15 +196,20 @@ def write_entries(app: Celery, entries: list[tuple[str, str, float, dict[str, An
             templates[shape] = RedBeatSchedulerEntry(
                 NAME_MARK, TASK_MARK, every, args=args, app=app,
                 enabled=enabled).definition_json()
-        return templates[shape].replace(NAME_JSON, json.dumps(name)).replace(
-            TASK_JSON, json.dumps(task))
+        if task not in tasks:
+            tasks[task] = quoted(task)
+        return templates[shape].replace(NAME_JSON, quoted(name)).replace(
+            TASK_JSON, tasks[task])
 
     def meta(changes: dict[str, Any]) -> str:
         runs = int(changes.get("runs", 0))
         if not runs:
             return never_ran
-        last = time.time() - float(changes.get("every", 60.0)) * runs
-        return meta_json(datetime.fromtimestamp(last, tz=timezone.utc), runs)
+        every = float(changes.get("every", 60.0))
+        if (every, runs) not in metas:
+            last = datetime.fromtimestamp(now - every * runs, tz=timezone.utc)
+            metas[every, runs] = meta_json(last, runs)
+        return metas[every, runs]
 
     load = store.client.register_script(LOAD_ENTRIES)
     for at in range(0, len(entries), chunk):
