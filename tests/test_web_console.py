@@ -105,8 +105,12 @@ def test_creates_each_kind_of_entry_with_its_options_and_policy(
         web: WebServer, page: Any, app: Any, kind: str, text: str, zone: str,
         check: Any) -> None:
     name = f"made-{kind}"
-    page.goto(web.url + "/entries")
-    page.click("header a.new")
+    if kind == KINDS[0][0]:  # the list's New link leads to the form (the same for each kind)
+        page.goto(web.url + "/entries")
+        page.click("header a.new")
+        assert page.url == web.url + "/entries/new"
+    else:
+        page.goto(web.url + "/entries/new")
     fill_form(page, {"name": name, "task": "tasks.report", "kind": kind, "schedule": text,
                      "zone": zone, "args_json": '[1, "two"]', "kwargs_json": '{"k": 3}',
                      "queue": "reports", "priority": "5", "expires": "10m",
