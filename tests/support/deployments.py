@@ -166,6 +166,7 @@ class Server(RedisServer):
         self.ports_are_ours_to_pick = port is None
         self.started_before = False
         self.startup_seconds: float | None = None
+        self._prober: redis.Redis | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -176,6 +177,7 @@ class Server(RedisServer):
 
     def start(self, timeout: float = 10.0) -> Server:
         began = time.monotonic()
+        self._drop_prober()  # of a process that ended without stop()
         first_start = self.ports_are_ours_to_pick and not self.started_before
         attempts = self.start_attempts if first_start else 1
         for attempt in range(1, attempts + 1):
@@ -214,7 +216,27 @@ class Server(RedisServer):
         return {}
 
     def probe(self, command: Callable[[redis.Redis], T]) -> T:
-        return ask(self.port, command, **self.probe_options())
+        """``command`` on this server's probe client (:func:`probe_client`). One is kept
+        while the server runs, for the polls that ask many times a second (a new client
+        per poll cost more CPU than the rest of a cluster test); an error drops it, so
+        the next probe connects anew, as after a restart."""
+        client = self._prober
+        if client is None:
+            client = self._prober = probe_client(self.port, **self.probe_options())
+        try:
+            return command(client)
+        except (redis.RedisError, OSError):
+            self._drop_prober()
+            raise
+
+    def _drop_prober(self) -> None:
+        client, self._prober = self._prober, None
+        if client is not None:
+            client.close()
+
+    def stop(self) -> None:
+        self._drop_prober()
+        super().stop()
 
     def client(self, **kwargs: object) -> redis.Redis:
         options: dict[str, Any] = {"host": HOST, "decode_responses": True,
