@@ -14,6 +14,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -24,11 +25,21 @@ from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
 from redbeat.keys import RUN
 from redbeat.runs import RunRecord
+from support import waiting
 from support.processes import HANG, LIVENESS, SPANS, Cluster
-from support.waiting import wait_until
 from test_e2e_publish import RABBITMQ, rabbitmq_up
 
 pytestmark = pytest.mark.e2e
+
+#: Seconds between two looks at what the processes recorded (waiting.wait_until's
+#: default is 0.02): what is waited for is a second or more apart, and each look (the
+#: outcomes stream or a run record read back and parsed) cost the test process about as
+#: much CPU as the beat it watches.
+POLL = 0.1
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
+    waiting.wait_until(condition, timeout, what, interval=POLL)
 
 
 @pytest.fixture(params=["redis", "rabbitmq"])
