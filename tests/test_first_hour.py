@@ -304,9 +304,10 @@ def test_a_refused_dispatch_is_recorded_and_shown_as_failing(tmp_path, redis_ser
             return next(r for r in map(json.loads, redbeat(
                 "--url", url, "list", "--json").stdout.splitlines()) if r["name"] == "bad")
 
-        # (a refused entry stays "failing" for IN_FLIGHT seconds of later claims)
+        # (a refused entry stays "failing" for IN_FLIGHT seconds of later claims: a look
+        # every 0.25 s, each a whole `list --json` run in this process)
         wait_until(lambda: state_of_bad()["state"] == "enabled", LIVENESS,
-                   "the mended entry to be enabled again")
+                   "the mended entry to be enabled again", interval=0.25)
         assert state_of_bad()["failed"] >= 3
         assert "failing:     0" in redbeat("--url", url, "status").stdout
     finally:
