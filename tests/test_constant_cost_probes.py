@@ -37,7 +37,9 @@ def probe_costs(redis_server, parked: int) -> dict[str, dict[str, int]]:
     """Commands each probe sends, by name, with ``parked`` parked entries, under a leader
     that ticked (so ``check`` reads the whole way to "healthy")."""
     redis_server.client().flushall()
-    app = make_app(redis_server.url)
+    # the leader ticks once: its lock must outlast the parking, which at load ~20 took
+    # longer than the default timeout ("stands by but nobody holds the lock")
+    app = make_app(redis_server.url, redbeat_lock_timeout=3600)
     RedBeatSchedulerEntry("hourly", "tasks.x", 3600.0, app=app).save()
     beat = RedBeatScheduler(app=app)
     try:
