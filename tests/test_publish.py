@@ -263,6 +263,27 @@ def test_a_refused_push_refuses_every_message_it_carried(scheduler, broker):
     assert refusals[2] is None and broker.client().llen("celery") == 1
 
 
+def test_a_queue_whose_declaration_redis_refuses_refuses_only_its_messages(scheduler, broker):
+    """kombu declares a queue before its first publish on a connection, and the
+    declaration reads the queue's length: a queue key holding a string answers WRONGTYPE
+    there already. That refuses the messages for that queue, not the batch: the others
+    are written (it raised, and every slot of the batch was held with it)."""
+    entries = [
+        RedBeatSchedulerEntry(f"e{i}", "tasks.plain", 60, options=option, app=scheduler.app)
+        for i, option in enumerate([{"queue": "mail"}, {}, {"queue": "mail"}])
+    ]
+    builder = publish.Builder(scheduler.app)
+    messages = [builder.prepare(entry, f"{entry.name}:1") for entry in entries]
+    client = broker.client()
+    client.set("mail", "not a list")
+    refusals = publish.write_redis(scheduler.producer.channel, messages)
+    assert refusals[1] is None and client.llen("celery") == 1
+    assert all("WRONGTYPE" in str(refusal) for refusal in (refusals[0], refusals[2]))
+    client.delete("mail")  # fixed: declared now, and written
+    assert publish.write_redis(scheduler.producer.channel, messages) == [None] * 3
+    assert client.llen("mail") == 2 and client.llen("celery") == 2
+
+
 def test_a_slot_the_batch_cannot_build_is_sent_by_celery_alongside_the_batch(scheduler, broker):
     entries = [
         RedBeatSchedulerEntry("a", "tasks.plain", 60, app=scheduler.app),

@@ -47,6 +47,7 @@ from kombu.serialization import dumps, registry
 from kombu.transport import pyamqp
 from kombu.transport import redis as kombu_redis
 from kombu.utils import json as kombu_json
+from redis.exceptions import ResponseError
 
 try:  # Celery >= 5.5: eta/countdown on quorum queues take a delayed-delivery route
     from celery.utils.quorum_queues import detect_quorum_queues
@@ -676,14 +677,25 @@ def published(messages: Sequence[Outgoing]) -> None:
         )
 
 
-def declare(channel: Any, messages: Sequence[Outgoing]) -> None:
+def declare(
+    channel: Any, messages: Sequence[Outgoing], refused: dict[str, BaseException] | None = None
+) -> None:
     """Declare each destination queue once per connection (kombu remembers), as the
-    per-message path does before its first publish to a queue."""
+    per-message path does before its first publish to a queue. Given ``refused``, a
+    queue whose declaration the broker answered with an error (on a Redis broker: its
+    key holds a string, WRONGTYPE) is put there by name instead of raising, so the
+    messages for the other queues still go; an error reaching the broker raises."""
     seen: set[str] = set()
     for message in messages:
         if message.queue is not None and message.queue.name not in seen:
             seen.add(message.queue.name)
-            maybe_declare(message.queue, channel)
+            if refused is None:
+                maybe_declare(message.queue, channel)
+                continue
+            try:
+                maybe_declare(message.queue, channel)
+            except ResponseError as exc:  # a reply: the connection answers
+                refused[message.queue.name] = exc
 
 
 def write_redis(channel: Any, messages: Sequence[Outgoing]) -> list[BaseException | None]:
@@ -694,8 +706,17 @@ def write_redis(channel: Any, messages: Sequence[Outgoing]) -> list[BaseExceptio
     Consecutive messages bound for the same lists go in one ``LPUSH`` per list: it
     pushes its values in order, so each list ends as one ``LPUSH`` per message leaves
     it (a burst is mostly one task to one queue: one command instead of hundreds). A
-    refused push refuses the messages it carried, each reported."""
-    declare(channel, messages)
+    refused push refuses the messages it carried, each reported, and so does a refused
+    declaration those for its queue (they are not written)."""
+    undeclared: dict[str, BaseException] = {}
+    declare(channel, messages, undeclared)
+    refusals: list[BaseException | None] = [
+        undeclared.get(message.queue.name) if message.queue is not None else None
+        for message in messages
+    ]
+    writing = [index for index, refusal in enumerate(refusals) if refusal is None]
+    if undeclared:
+        messages = [messages[index] for index in writing]
     queues = _redis_queues(channel, messages)
     encode_redis(channel, [message for message in messages if message.wire is None])
     runs: list[tuple[tuple[str, ...], list[str], list[int]]] = []
@@ -706,7 +727,6 @@ def write_redis(channel: Any, messages: Sequence[Outgoing]) -> list[BaseExceptio
             runs.append((lists, [], []))
         runs[-1][1].append(text)
         runs[-1][2].append(index)
-    refusals: list[BaseException | None] = [None] * len(messages)
     with channel.conn_or_acquire() as client:
         pipe = client.pipeline(transaction=False)
         spans = []
@@ -725,7 +745,7 @@ def write_redis(channel: Any, messages: Sequence[Outgoing]) -> list[BaseExceptio
             (reply for reply in replies[start:end] if isinstance(reply, Exception)), None
         )
         for index in indexes:
-            refusals[index] = refusal
+            refusals[writing[index]] = refusal
     return refusals
 
 
