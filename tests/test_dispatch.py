@@ -154,6 +154,36 @@ def test_a_failing_writer_leaves_the_slot_and_those_after_it_pending(app, failur
     dispatcher.close()
 
 
+def test_an_entry_the_broker_refuses_goes_last_and_holds_back_only_its_own_slots(app, caplog):
+    """The broker answers one entry's slots with an error of their own (its queue: a
+    Redis key of another type) and takes the others'. The first refusal, all that was
+    asked, looks like an outage (one line, the send stops); from then on that entry's
+    slots go after the others', only its oldest is tried, and its refusal stops no one
+    else's; once it is taken, the entry's other slots follow it, in order."""
+    wrongtype = BaseParser.parse_error(
+        "WRONGTYPE Operation against a key holding the wrong kind of value"
+    )
+    writer = Writer()
+    writer.refuse = {"j:1": wrongtype, "j:2": wrongtype}
+    dispatcher = dispatcher_for(app, writer)
+    (j, _), (a, _), (b, _) = slots(app, "j", "a", "b")
+    first = dispatcher.send([(j, "j:1"), (a, "a:1")], None, ONE_BY_ONE, 5.0)
+    assert first.done == [] and first.broker_failed and writer.calls == ["j:1"]
+    for tick in (1, 2):
+        writer.calls.clear()
+        sent = dispatcher.send(
+            [(j, "j:1"), (j, "j:2"), (a, f"a:{tick}"), (b, f"b:{tick}")], None, ONE_BY_ONE, 5.0
+        )
+        assert sent.done == [f"a:{tick}", f"b:{tick}"] and not sent.broker_failed
+        assert writer.calls == [f"a:{tick}", f"b:{tick}", "j:1"]  # j's oldest, last
+    writer.refuse.clear()  # the queue is fixed
+    sent = dispatcher.send([(j, "j:1"), (j, "j:2"), (a, "a:3")], None, ONE_BY_ONE, 5.0)
+    assert sent.done == writer.written[-3:] == ["a:3", "j:1", "j:2"]
+    assert caplog.text.count("cannot take it now") == 1
+    assert not store_for(app).client.exists(app.redbeat_conf.keys.failing)  # none dropped
+    dispatcher.close()
+
+
 def test_a_refused_slot_is_dropped_recorded_and_does_not_block_the_others(app):
     writer = Writer()
     writer.refuse["b:1"] = EncodeError("cannot serialise")

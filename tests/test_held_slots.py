@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 
 import pytest
+import redis
 from celery import Celery
 
 from conftest import make_app
@@ -563,19 +564,176 @@ def test_slots_held_past_a_batch_go_out_before_newer_ones_of_their_entries(
     scheduler.close()
 
 
+GO, LEFT = True, False
+#: (the held slots read: entry, whether it went; the broker failed as a whole;
+#: at-least-once; every claim waits; the entries whose claims wait; again), batch size 3
+BACKLOGS = {
+    "nothing held: the claims go": ([], False, True, False, "", False),
+    "the backlog's last batch went: they follow it": (
+        [("a", GO), ("b", GO)], False, True, False, "", False
+    ),
+    "a full batch went: maybe more held, unread": (
+        [("a", GO), ("b", GO), ("a", GO)], False, True, True, "", True
+    ),
+    "a batch read past its size: the same": (
+        [("a", GO), ("b", GO), ("c", GO), ("d", GO)], False, True, True, "", True
+    ),
+    "a record that could not be read was dropped: it went": (
+        [("", GO), ("a", GO)], False, True, False, "", False
+    ),
+    "every held slot read, one refused by its queue: its entry waits": (
+        [("a", GO), ("b", LEFT)], False, True, False, "b", False
+    ),
+    "a full batch, one refused by its queue, others went: all wait, the next batch at once": (
+        [("a", GO), ("b", LEFT), ("c", GO)], False, True, True, "", True
+    ),
+    "a full batch of refused slots: only their entries wait, not again (no progress)": (
+        [("b", LEFT), ("c", LEFT), ("b", LEFT)], False, True, False, "bc", False
+    ),
+    "the broker failed as a whole: every claim waits": (
+        [("a", GO), ("b", LEFT)], True, True, True, "", False
+    ),
+    "the broker failed on a full batch: the same, not again": (
+        [("a", GO), ("b", LEFT), ("c", LEFT)], True, True, True, "", False
+    ),
+    "at-most-once claims are never held: they go": (
+        [("a", GO), ("b", GO), ("c", GO)], False, False, False, "", True
+    ),
+    "at-most-once, a slot left": ([("a", GO), ("b", LEFT)], True, False, False, "", False),
+}
+
+
 @pytest.mark.parametrize(
-    ("held", "done", "at_least_once", "claims_wait", "again"),
-    [
-        (0, 0, True, False, False),  # nothing held: the claims go
-        (2, 2, True, False, False),  # the backlog's last batch went: they follow it
-        (3, 3, True, True, True),  # a full batch went: maybe more held, unread
-        (4, 4, True, True, True),  # (a batch read past its size: the same)
-        (2, 1, True, True, False),  # a held slot did not go (the broker failed)
-        (3, 2, True, True, False),
-        (3, 3, False, False, True),  # at-most-once claims are never held: they go
-        (2, 1, False, False, False),
-    ],
+    ("read", "broker_failed", "at_least_once", "every", "entries", "again"),
+    BACKLOGS.values(),
+    ids=BACKLOGS.keys(),
 )
-def test_the_claims_wait_behind_held_slots_still_to_go(held, done, at_least_once, claims_wait,
-                                                      again):
-    assert held_backlog(held, done, 3, at_least_once) == Backlog(claims_wait, again)
+def test_an_entrys_claims_wait_behind_its_held_slots_still_to_go(
+    read, broker_failed, at_least_once, every, entries, again
+):
+    backlog = held_backlog(read, broker_failed, 3, at_least_once)
+    assert backlog == Backlog(every, frozenset(entries), again)
+    for key in "abcd":
+        assert backlog.waits(key) == (every or key in entries)
+
+
+# -- a queue the broker refuses for now: its entry's slots wait, nobody else's ----------
+
+
+def queued(broker: redis.Redis, queue: str) -> list[str]:
+    """The task ids in ``queue`` of a Redis broker, in publish order (LPUSH: newest first)."""
+    return [json.loads(raw)["headers"]["id"] for raw in reversed(broker.lrange(queue, 0, -1))]
+
+
+def on_strings(redis_server: RedisServer, *queues: str) -> tuple[Celery, redis.Redis]:
+    """An app whose broker is another database of the test's Redis, the keys of
+    ``queues`` there holding strings (an operator's mistake): each LPUSH, and kombu's
+    declaration of the queue before it, is answered WRONGTYPE, which beat holds."""
+    broker_url = redis_server.url[: -len("/0")] + "/1"
+    broker = redis.Redis.from_url(broker_url, decode_responses=True)
+    for queue in queues:
+        broker.set(queue, "an operator's string where the queue's list goes")
+    return make_app(redis_server.url, broker_url=broker_url, redbeat_batch_size=3), broker
+
+
+def entries(app: Celery, jammed_every: float) -> None:
+    """Two entries: "steady" on the default queue every 5 s, "jammed" on its own queue."""
+    RedBeatSchedulerEntry("steady", "tasks.steady", 5.0, app=app, last_run_at=at(-5)).save()
+    RedBeatSchedulerEntry(
+        "jammed", "tasks.jammed", jammed_every, options={"queue": "jammed"}, app=app,
+        last_run_at=at(-jammed_every),
+    ).save()
+
+
+def ticks_at(scheduler: RedBeatScheduler, clock: Clock, second: float, check) -> int:
+    """Tick at ``second`` until the tick sleeps (a backlog goes a batch a tick, at once),
+    calling ``check`` after each; how many ticks."""
+    clock.now = T0 + second
+    for ticks in range(1, 10):
+        interval = scheduler.tick()
+        check()
+        if interval > 0:
+            return ticks
+    raise AssertionError("the ticks at once never ended")
+
+
+def in_due_order(broker: redis.Redis, queue: str, name: str, every: int) -> list[str]:
+    """What ``queue`` holds, checked to be ``name``'s slots from 0 on, every ``every``
+    seconds, in due order with no gap."""
+    sent = queued(broker, queue)
+    assert sent == [slot_id(name, second) for second in range(0, every * len(sent), every)]
+    return sent
+
+
+def test_a_queue_the_broker_refuses_holds_back_its_own_entry_only(redis_server, caplog):
+    """The bug: a held slot that the broker refuses for reasons of its own queue (here
+    its key on a Redis broker is a string: WRONGTYPE, held as "not now", and its misfire
+    grace is None: held forever) made every other entry's claims wait behind it (the
+    held slots "still to go"), so one bad queue stopped the whole schedule. Now only its
+    entry's claims wait: "steady", on the default queue, is sent at every slot, with one
+    error line for it all, while "jammed" piles up more held slots than a batch reads;
+    once the key is fixed, jammed's slots go, in due order, each once, and nothing is
+    held or recorded as failed."""
+    app, broker = on_strings(redis_server, "jammed")
+    entries(app, 5.0)
+    client = get_redis(app)
+    clock = Clock(T0 - 1)
+    scheduler = RedBeatScheduler(app, clock=clock)
+    caplog.set_level(logging.INFO, logger="celery.beat")
+    scheduler.tick()  # takes the lock
+    for second in range(0, 30, 5):
+        clock.now = T0 + second
+        scheduler.tick()
+        # every slot of steady at its tick; jammed's all held (3 a batch: more than one)
+        assert queued(broker, "celery") == [slot_id("steady", s) for s in range(0, second + 1, 5)]
+        assert held_ids(client) == [slot_id("jammed", s) for s in range(0, second + 1, 5)]
+    broker.delete("jammed")  # fixed
+
+    def check() -> None:
+        in_due_order(broker, "jammed", "jammed", 5)
+        in_due_order(broker, "celery", "steady", 5)
+
+    assert ticks_at(scheduler, clock, 30, check) == 3  # 7 held slots: 3 + 3 + 1
+    assert queued(broker, "jammed") == [slot_id("jammed", s) for s in range(0, 35, 5)]
+    assert queued(broker, "celery") == [slot_id("steady", s) for s in range(0, 35, 5)]
+    assert nothing_held(client)
+    assert not client.exists(app.redbeat_conf.keys.failing)  # held, never dropped
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "of jammed" in errors[0] and "WRONGTYPE" in errors[0], errors
+    scheduler.close()
+
+
+def test_a_queue_fixed_beside_one_still_refused_catches_up_in_due_order(redis_server):
+    """Both queues refused (nothing taken: beat treats it as the broker refusing
+    everything, and tries one slot a tick), then the default one fixed while jammed's
+    stays refused: steady's held slots (more than a batch) and those claimed meanwhile
+    go in due order with no gap, within a tick of the fix (the one slot tried is the
+    least recently refused entry's, not jammed's every time), and a full batch with
+    jammed's refused slot in it drains at once; jammed's slot stays held until its queue
+    is fixed too."""
+    app, broker = on_strings(redis_server, "celery", "jammed")
+    entries(app, 60.0)  # one held slot: fewer than a batch
+    client = get_redis(app)
+    clock = Clock(T0 - 1)
+    scheduler = RedBeatScheduler(app, clock=clock)
+    scheduler.tick()  # takes the lock
+    for second in range(0, 20, 5):
+        clock.now = T0 + second
+        scheduler.tick()
+    assert held_count(client) == 5  # jammed's 0, steady's 0 to 15: nothing taken
+    broker.delete("celery")
+
+    def check() -> None:
+        in_due_order(broker, "celery", "steady", 5)
+        assert broker.type("jammed") == "string"  # nothing of jammed's pushed
+
+    for second in (20, 25):
+        ticks_at(scheduler, clock, second, check)
+    assert queued(broker, "celery") == [slot_id("steady", s) for s in range(0, 30, 5)]
+    assert held_ids(client) == [slot_id("jammed", 0)]
+    broker.delete("jammed")
+    ticks_at(scheduler, clock, 30, lambda: None)
+    assert queued(broker, "jammed") == [slot_id("jammed", 0)]
+    assert queued(broker, "celery") == [slot_id("steady", s) for s in range(0, 35, 5)]
+    assert nothing_held(client)
+    scheduler.close()

@@ -18,6 +18,12 @@ slots stay pending, ticks keep their pace (renewing the lease, and claiming each
 time rather than coalescing slots a stalled tick let pass) and the pending slots go out,
 oldest first, once the broker answers. A send that ends after its tick gave up on it is
 remembered and confirmed, so it is not sent twice.
+
+A broker may refuse one queue and take the others (a RabbitMQ queue full under
+reject-publish, a Redis key of another type where a queue's list goes): the entries
+whose slots it refuses while answering are remembered (:attr:`Dispatcher.refusing`) and
+logged once; their slots go after the others', one an entry a send, so such an entry
+holds back its own slots only (and, through planning.held_backlog, its own claims).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from kombu.exceptions import OperationalError
 from . import publish
 from .broker_errors import DROP, HOLD, cause_of, verdict
 from .planning import (
-    Backlog,
+    NO_BACKLOG,
     Claim,
     PendingMessage,
     held_backlog,
@@ -195,9 +201,15 @@ class Dispatcher:
         #: ids whose send ended (and was confirmed) after its tick gave up on it: a tick
         #: that read them as pending before that confirmation must not send them again
         self._sent_late: set[str] = set()
-        #: what the held slots this tick re-sent leave for its claims: they wait while
-        #: older held slots are still to go (planning.held_backlog)
-        self.backlog = Backlog(False, False)
+        #: what the held slots this tick re-sent leave for its claims: an entry's wait
+        #: while its older held slots are still to go (planning.held_backlog)
+        self.backlog = NO_BACKLOG
+        #: the entries whose last slot tried the broker refused for now while answering
+        #: (their queue: full under reject-publish, a Redis key of another type...), by
+        #: key, each with when it was last refused (a count): their slots go after the
+        #: others', one an entry, the least recently refused first
+        self.refusing: dict[str, int] = {}
+        self._refusals = 0
         #: argsrepr/kwargsrepr kept from tick to tick (a third of a message's build)
         self._reprs = publish.Reprs()
         self._templates = publish.Templates()
@@ -303,8 +315,9 @@ class Dispatcher:
         and 393 ms to the last message against 250, 415 and 444, the same CPU). A broker that has
         been quiet is pinged meanwhile, on the publishing thread (:meth:`_probe_ahead`).
         Nothing is drafted for a broker that is down, slots that leave one by one or
-        claims that wait behind held slots."""
-        if not claims or self.backlog.claims_wait or self.broker_down or not self.batched(path):
+        claims that wait behind their entries' held slots."""
+        claims = self._going(claims)
+        if not claims or self.broker_down or not self.batched(path):
             return commit(), {}
         self._probe_ahead()
         drafts = self.draft(claims)
@@ -376,13 +389,22 @@ class Dispatcher:
         drafts: Drafts | None = None,
     ) -> Sent:
         """Publish the slots a tick claimed (``drafts``: their messages drafted already,
-        by task id), and count them. None while older held slots are still to go
-        (:attr:`backlog`): they stay held (commit.lua recorded them) and go after those,
-        in due order, from a later tick."""
-        slots = [] if self.backlog.claims_wait else [(c.entry, c.task_id) for c in claims]
+        by task id), and count them. Not those of entries whose older held slots are
+        still to go (:attr:`backlog`): they stay held (commit.lua recorded them) and go
+        after those, in due order, from a later tick."""
+        slots = [(claim.entry, claim.task_id) for claim in self._going(claims)]
         sent = self.send(slots, lease, path, wait, drafts=drafts)
         self._count([(claim.task_id, claim.due) for claim in claims], sent.done)
         return sent
+
+    def _going(self, claims: list[Claim]) -> list[Claim]:
+        """``claims`` but those that wait behind their entries' held slots (:attr:`backlog`)."""
+        backlog = self.backlog
+        if backlog.every:
+            return []
+        if backlog.entries:
+            return [claim for claim in claims if claim.entry.key not in backlog.entries]
+        return claims
 
     def resend_held(
         self, fetch: Fetch, now: datetime, entry_class: type[Any], path: str, wait: float
@@ -392,8 +414,8 @@ class Dispatcher:
         released after a broker outage must reach the workers in the order it was due.
         A slot past its misfire grace is dropped instead (one log line; counted in its
         entry's misfires by confirm.lua), also while the broker is down, so an outage
-        does not pile up slots that will never be sent. Sets :attr:`backlog`: whether
-        the tick's claims may follow (every held slot went, the last of them read).
+        does not pile up slots that will never be sent. Sets :attr:`backlog`: which of
+        the tick's claims may follow (those of entries with no held slot left).
 
         Returns the task ids done with (sent or dropped) and the misfires to count."""
         done: list[str] = []
@@ -434,7 +456,9 @@ class Dispatcher:
             reasons[task_id] = slot.reason
 
         def announce(unit: list[Slot]) -> None:
-            for _, task_id in unit:
+            for entry, task_id in unit:
+                if entry.key in self.refusing:
+                    continue  # tried again as each tick: said when the broker refused it
                 if reasons[task_id] == "run-now":
                     logger.info("beat: Sending %s now, as asked (%s)", task_id, reasons[task_id])
                 else:
@@ -447,9 +471,14 @@ class Dispatcher:
             [(task_id, held_slot.due) for task_id, held_slot in held if task_id in reasons], sent
         )
         done.extend(sent)
+        went = set(done)
+        # a slot the broker did not take for a reason of its entry's own (it refuses the
+        # entry for now) holds back that entry; any other holds back every entry
+        left = [slot.entry.key for task_id, slot in held if task_id not in went]
         self.backlog = held_backlog(
-            len(fetch.pending),
-            len(done),
+            [(slot.entry.key, task_id in went) for task_id, slot in held]
+            + [("", True)] * (len(fetch.pending) - len(held)),  # unreadable: dropped
+            any(key not in self.refusing for key in left),
             self.config.batch_size,
             self.config.delivery == AT_LEAST_ONCE,
         )
@@ -475,11 +504,17 @@ class Dispatcher:
         """Publish ``slots`` in order: PUBLISH_BATCH at a time on the batched path, one at
         a time otherwise, waiting for each unit at most ``wait`` seconds (and at most
         the publish timeout). The lease (when given) is renewed every third of its
-        timeout; a lease that cannot be renewed stops the sends."""
+        timeout; a lease that cannot be renewed stops the sends.
+
+        The slots of entries the broker refuses for now (:attr:`refusing`) go after the
+        others', only the oldest of each entry (the others of an entry follow it once
+        the broker takes it), and a refusal of theirs does not stop the others': an
+        entry whose queue the broker refuses costs a slot a send and holds back no other
+        entry, and its own slots keep their order."""
         done: list[str] = []
         batched = self.batched(path)
         extended_at = self.monotonic()
-        remaining = slots
+        remaining, later = self._refusing_last(slots)
         while remaining:
             if lease is not None and self.monotonic() - extended_at > lease.timeout / 3:
                 # A slow broker must not let the lock lapse under a healthy leader. If it
@@ -503,9 +538,46 @@ class Dispatcher:
             remaining = remaining[len(unit) :]
             sent = self._try_send(unit, path, wait, announce, batch)
             done.extend(sent)
-            if len(sent) < len(unit):
+            if later:  # an entry the broker took again: its other slots follow
+                taken = set(sent)
+                for entry, task_id in unit:
+                    if task_id in taken and entry.key in later:
+                        remaining = remaining + later.pop(entry.key)
+            if len(sent) < len(unit) and not self._refused_for_now(unit, sent):
                 return Sent(done, True, False)
         return Sent(done, False, False)
+
+    def _refusing_last(self, slots: list[Slot]) -> tuple[list[Slot], dict[str, list[Slot]]]:
+        """``slots`` to send first: those of the entries the broker refuses for now
+        (:attr:`refusing`) after the others and only the oldest of each, the least
+        recently refused entry first; and the rest of those entries' slots, by entry
+        key, in their order."""
+        if not self.refusing:
+            return slots, {}
+        first: list[Slot] = []
+        probes: list[Slot] = []
+        later: dict[str, list[Slot]] = {}
+        for slot in slots:
+            key = slot[0].key
+            if key not in self.refusing:
+                first.append(slot)
+            elif key in later:
+                later[key].append(slot)
+            else:
+                later[key] = []
+                probes.append(slot)
+        # the least recently refused first: a broker that was down is tried with one slot,
+        # which must not always be the same refused entry's
+        probes.sort(key=lambda slot: self.refusing.get(slot[0].key, 0))
+        return first + probes, {key: rest for key, rest in later.items() if rest}
+
+    def _refused_for_now(self, unit: list[Slot], sent: list[str]) -> bool:
+        """Whether the broker, answering (not down), refused the slots of ``unit`` it
+        did not take for their entries' own sake (:attr:`refusing`): the send goes on."""
+        if self.broker_down:
+            return False
+        taken = set(sent)
+        return all(entry.key in self.refusing for entry, task_id in unit if task_id not in taken)
 
     def _try_send(
         self,
@@ -612,14 +684,24 @@ class Dispatcher:
         if job.announce is not None:
             job.announce(job.slots)
         done = self._send_slots(job.slots, job.batch)
-        if len(done) < len(job.slots):
+        short = len(done) < len(job.slots)
+        if short and not self._refused_only(job, done):
             self.drop_producer()
-        else:
+        elif done or not short:  # it answered: took all, or some and refused the others'
             self._broker_answered_at = self.monotonic()
             if self.broker_down:
                 logger.info("beat: Broker is back")
                 self.broker_down = False
         return done
+
+    def _refused_only(self, job: SendJob, done: list[str]) -> bool:
+        """Whether ``job``'s slots not in ``done`` were written whole in a batch and
+        refused for their entries' own sake (:attr:`refusing`): the connection is as it
+        was. Any other failure (or one met through Celery's producer) drops it."""
+        taken = set(done)
+        return job.batch is not None and all(
+            entry.key in self.refusing for entry, task_id in job.slots if task_id not in taken
+        )
 
     def may_send(self) -> bool:
         """Whether a send may start now: not closed, and the lease (or, without one,
@@ -676,10 +758,17 @@ class Dispatcher:
         """Write the built messages in one go, then send the others through Celery's
         ``send_slot``."""
         ready = batch.ready
-        for entry, message in ready:
-            logger.info(
-                "Scheduler: Sending due task %s (%s) id=%s", entry.name, entry.task, message.task_id
-            )
+        # an entry the broker refuses for now is tried again each tick: said once taken
+        refusing = self.refusing
+        quiet = [entry.key in refusing for entry, _ in ready] if refusing else [False] * len(ready)
+        for (entry, message), hush in zip(ready, quiet, strict=True):
+            if not hush:
+                logger.info(
+                    "Scheduler: Sending due task %s (%s) id=%s",
+                    entry.name,
+                    entry.task,
+                    message.task_id,
+                )
         done: list[str] = []
         if ready:
             try:
@@ -689,21 +778,32 @@ class Dispatcher:
                     raise
                 self._broker_failed(f"{len(ready)} slots", exc)
                 return []
-            accepted, held = [], []
-            for (entry, message), refusal in zip(ready, refusals, strict=True):
+            accepted, taken = [], []
+            held: list[tuple[RedBeatSchedulerEntry, BaseException]] = []
+            for (entry, message), refusal, hush in zip(ready, refusals, quiet, strict=True):
                 if refusal is None:
                     accepted.append(message)
+                    taken.append(entry)
+                    if hush:
+                        logger.info(
+                            "Scheduler: Sending due task %s (%s) id=%s",
+                            entry.name,
+                            entry.task,
+                            message.task_id,
+                        )
                 elif self.verdict(refusal) == HOLD:
-                    held.append(refusal)
-                    continue  # not now: it stays pending, and the slots after it too
+                    held.append((entry, refusal))
+                    continue  # not now: it stays pending
                 else:
                     self._refused(entry, message.task_id, refusal)
                 done.append(message.task_id)
             self.metrics.dispatched("sent", len(accepted))
             publish.published(accepted)
+            self._taken(taken)
             if held:
-                self._broker_failed(f"{len(held)} slots", held[0])
-                return done
+                self._held_back(f"{len(held)} slots", held, partial=bool(accepted))
+                if self.broker_down:
+                    return done  # and the slots after them stay pending too
         return done + self._send_slots(batch.alone)
 
     def _write(self, messages: list[publish.Outgoing]) -> list[BaseException | None]:
@@ -720,12 +820,60 @@ class Dispatcher:
         try:
             self.send_one(entry, task_id)
             self.metrics.dispatched("sent")
+            self._taken([entry])
         except Exception as exc:
             if self.verdict(exc) == HOLD:
-                self._broker_failed(task_id, cause_of(exc))
+                self._held_back(task_id, [(entry, cause_of(exc))], partial=False)
                 return False
             self._refused(entry, task_id, cause_of(exc))
         return True
+
+    def _taken(self, entries: list[RedBeatSchedulerEntry]) -> None:
+        """The broker took a slot of each of ``entries``: none is refused any more."""
+        if self.refusing:
+            for entry in entries:
+                self.refusing.pop(entry.key, None)
+
+    def _held_back(
+        self,
+        what: str,
+        refused: list[tuple[RedBeatSchedulerEntry, BaseException]],
+        partial: bool,
+    ) -> None:
+        """The broker could not take the slots of ``refused`` (each with the error met)
+        now; ``partial``: it took others in the same write. An entry whose slot it
+        refused while answering (a reply, a nack: not a failure to reach it) joins
+        :attr:`refusing`, and is said once: by name when the broker took other slots
+        (it refuses that entry's queue: full under reject-publish, a Redis key of
+        another type), else as an outage (:meth:`_broker_failed`); refused again, not
+        again."""
+        cause = refused[0][1]
+        if self._errors is None:
+            self._errors = tuple(self.connection.connection_errors)
+        if isinstance(cause, (OSError, OperationalError, *self._errors)):
+            self._broker_failed(what, cause)  # the broker itself could not be reached
+            return
+        new = sorted(
+            {printable(entry.name) for entry, _ in refused if entry.key not in self.refusing}
+        )
+        for entry, _ in refused:
+            self._refusals += 1
+            self.refusing[entry.key] = self._refusals
+        if not new:
+            return  # refused again, as when it began: said then
+        if not partial or self.broker_down:
+            self._broker_failed(what, cause)
+            return
+        logger.error(
+            "beat: The broker takes other slots but refuses those of %s for now (%s: %s); %s",
+            ", ".join(new[:5]) + (f" and {len(new) - 5} more" if len(new) > 5 else ""),
+            type(cause).__name__,
+            cause,
+            "at-most-once: their runs are lost while it does"
+            if self.config.delivery != AT_LEAST_ONCE
+            else "they stay pending and are re-sent, in due order, when it takes them; "
+            "the other entries' slots go on",
+        )
 
     def _broker_failed(self, what: str, cause: BaseException) -> None:
         """The broker could not take ``what`` now: logged once per outage (a broker

@@ -23,7 +23,7 @@ import json
 import logging
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -689,28 +689,70 @@ def held_grace(
 
 
 class Backlog(NamedTuple):
-    """What the held slots a tick re-sent leave for the slots it claims itself."""
+    """What the held slots a tick re-sent leave for the slots it claims itself: a claim
+    that waits stays held (commit.lua recorded it pending, like any claim the broker did
+    not take) and goes from a later tick, in due order behind its entry's older slots."""
 
-    #: the claims stay held (commit.lua recorded them pending) and go from a later tick,
-    #: in due order behind the held slots still to go
-    claims_wait: bool
-    #: a full batch of held slots, every one of them gone: the next batch at once
+    #: every claim waits
+    every: bool
+    #: the entries (keys) whose claims wait, when not every one does
+    entries: frozenset[str]
+    #: the next batch of held slots at once: this one was full and made room
     again: bool
 
+    def waits(self, key: str) -> bool:
+        """Whether the claims of the entry with key ``key`` wait."""
+        return self.every or key in self.entries
 
-def held_backlog(held: int, done: int, batch_size: int, at_least_once: bool) -> Backlog:
-    """Whether a tick's claims may follow the ``held`` slots it read (at most
-    ``batch_size`` of them, the oldest due), of which ``done`` went (sent or dropped).
 
-    The claims are due after every held slot, read or not. Sent while older held slots
-    were still to go (some of the batch did not go, or more were held than a batch
-    reads), an entry's newer slots reached the broker before its older ones, which went
-    ticks later: after a Sentinel failover 2,458 slots were held, a tick re-sent the
-    oldest 1,000 and then its own claims, and 1,458 older slots were still held when the
-    test stopped beat (a gap in 750 entries' runs). Under at-least-once the claims wait,
-    held like any claim the broker did not take, until the backlog is gone; a full batch
-    that all went is followed by the next at once (at a tick's pace, a steady load would
-    keep the backlog, and every slot's delay, from one tick to the next). At-most-once
-    holds no claim, so its claims go (the slots it holds are asked-for run-nows)."""
-    full = held >= batch_size
-    return Backlog(at_least_once and (full or done < held), full and done >= held)
+#: Nothing held: every claim goes.
+NO_BACKLOG = Backlog(False, frozenset(), False)
+
+
+def held_backlog(
+    read: Sequence[tuple[str, bool]], broker_failed: bool, batch_size: int, at_least_once: bool
+) -> Backlog:
+    """Which of a tick's claims may follow the held slots it read: ``read`` gives, for
+    each (at most ``batch_size`` records, the oldest due), its entry's key ('' for a
+    record that could not be read) and whether it went (sent, or dropped);
+    ``broker_failed``: some did not go because the broker failed as a whole (unreachable,
+    hung, refusing every slot), not because it refuses their entries' own slots for now
+    (their queue: a RabbitMQ queue full under reject-publish, a key of another type
+    where a Redis broker keeps the queue).
+
+    What must hold is per entry: its slots reach the broker in the order they were due.
+    Its claims are due after its held slots, so they wait while it has some left:
+
+    - every held slot was read (the batch was not full): the claims of the entries with
+      a slot that did not go wait; the others have none left, and go;
+    - a full batch of which some went: more may be held, unread, of any entry: every
+      claim waits, and the next batch comes at once (progress: some went; at a tick's
+      pace a steady load would keep the backlog, and every slot's delay, from one tick
+      to the next);
+    - a full batch of which none went (the broker answering, refusing those entries'
+      slots): their entries' claims wait, the others go;
+    - the broker failed as a whole: every claim waits (they would not fare better).
+
+    So a broker refusing one queue stops that queue's entries only. Before, any held
+    slot that did not go made every claim wait: one refused queue, held until its
+    misfire grace (by default forever), stopped the whole schedule. What is given up:
+    while the slots of a full batch are all refused, an entry whose held slots lie
+    beyond it (none read) is not known to have any, so its claims go, and may reach the
+    broker before those older slots, which are read once the slots before them go or
+    are dropped past their grace (they wait for them; claims after a broker outage,
+    held in the same sorted set, are the usual such slots).
+
+    The bug that made claims wait at all: after a Sentinel failover 2,458 slots were
+    held, a tick re-sent the oldest 1,000 and then its own claims, and 1,458 older slots
+    were still held when the test stopped beat (a gap in 750 entries' runs).
+    At-most-once holds no claim, so its claims go (the slots it holds are asked-for
+    run-nows)."""
+    full = len(read) >= batch_size
+    left = frozenset(key for key, went in read if not went)
+    if not at_least_once:
+        return Backlog(False, frozenset(), full and not left)
+    if broker_failed:
+        return Backlog(True, frozenset(), False)
+    if full and any(went for _, went in read):
+        return Backlog(True, frozenset(), True)
+    return Backlog(False, left, False)
