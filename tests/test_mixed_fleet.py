@@ -56,7 +56,12 @@ class Sends:
     def _poll(self) -> None:
         while not self.stopping.is_set():
             now, wall = time.monotonic(), time.time()
-            for raw in self.client.lrange("celery", 0, -1):  # kombu pushes on the left
+            # kombu pushes on the left: read from the right, the oldest first, so sends
+            # first seen in the same look keep their order (slots() sorts by the time
+            # seen, and a sort keeps ties in order): a takeover's catch-up slot and the
+            # next one, sent within one look, were read newest first, and the next one's
+            # due time then came before the catch-up's ('a-iv' gaps [..., 3.14, -2.0])
+            for raw in reversed(self.client.lrange("celery", 0, -1)):
                 headers = json.loads(raw)["headers"]
                 self.seen.setdefault(headers["id"], (headers["task"], now, wall))
             self.stopping.wait(self.period)
