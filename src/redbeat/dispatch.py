@@ -153,6 +153,11 @@ class OnDispatcher:
         setattr(scheduler.dispatcher, self.name, None)
 
 
+def say_sending(entry: RedBeatSchedulerEntry, task_id: str) -> None:
+    """Celery's log line for a slot handed to the broker, with its slot task id."""
+    logger.info("Scheduler: Sending due task %s (%s) id=%s", entry.name, entry.task, task_id)
+
+
 class Dispatcher:
     """Publishes slots for one scheduler; see the module's docstring.
 
@@ -400,11 +405,9 @@ class Dispatcher:
     def _going(self, claims: list[Claim]) -> list[Claim]:
         """``claims`` but those that wait behind their entries' held slots (:attr:`backlog`)."""
         backlog = self.backlog
-        if backlog.every:
-            return []
-        if backlog.entries:
-            return [claim for claim in claims if claim.entry.key not in backlog.entries]
-        return claims
+        if backlog == NO_BACKLOG:
+            return claims
+        return [claim for claim in claims if not backlog.waits(claim.entry.key)]
 
     def resend_held(
         self, fetch: Fetch, now: datetime, entry_class: type[Any], path: str, wait: float
@@ -760,15 +763,9 @@ class Dispatcher:
         ready = batch.ready
         # an entry the broker refuses for now is tried again each tick: said once taken
         refusing = self.refusing
-        quiet = [entry.key in refusing for entry, _ in ready] if refusing else [False] * len(ready)
-        for (entry, message), hush in zip(ready, quiet, strict=True):
-            if not hush:
-                logger.info(
-                    "Scheduler: Sending due task %s (%s) id=%s",
-                    entry.name,
-                    entry.task,
-                    message.task_id,
-                )
+        for entry, message in ready:
+            if entry.key not in refusing:
+                say_sending(entry, message.task_id)
         done: list[str] = []
         if ready:
             try:
@@ -780,17 +777,12 @@ class Dispatcher:
                 return []
             accepted, taken = [], []
             held: list[tuple[RedBeatSchedulerEntry, BaseException]] = []
-            for (entry, message), refusal, hush in zip(ready, refusals, quiet, strict=True):
+            for (entry, message), refusal in zip(ready, refusals, strict=True):
                 if refusal is None:
                     accepted.append(message)
                     taken.append(entry)
-                    if hush:
-                        logger.info(
-                            "Scheduler: Sending due task %s (%s) id=%s",
-                            entry.name,
-                            entry.task,
-                            message.task_id,
-                        )
+                    if entry.key in refusing:
+                        say_sending(entry, message.task_id)
                 elif self.verdict(refusal) == HOLD:
                     held.append((entry, refusal))
                     continue  # not now: it stays pending

@@ -689,12 +689,11 @@ def declare(
     for message in messages:
         if message.queue is not None and message.queue.name not in seen:
             seen.add(message.queue.name)
-            if refused is None:
-                maybe_declare(message.queue, channel)
-                continue
             try:
                 maybe_declare(message.queue, channel)
             except ResponseError as exc:  # a reply: the connection answers
+                if refused is None:
+                    raise
                 refused[message.queue.name] = exc
 
 

@@ -44,7 +44,16 @@ from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_expo
 from . import compat, metrics, statics
 from .connection import INTERNAL_OPTIONS
 from .decoder import RedBeatJSONDecoder, RedBeatJSONEncoder, to_timestamp
-from .dispatch import BATCHED, INLINE, ONE_BY_ONE, Dispatcher, Drafts, Misfire, OnDispatcher
+from .dispatch import (
+    BATCHED,
+    INLINE,
+    ONE_BY_ONE,
+    Dispatcher,
+    Drafts,
+    Misfire,
+    OnDispatcher,
+    say_sending,
+)
 from .entry import (
     InvalidEntry,
     RedBeatSchedulerEntry,
@@ -589,7 +598,7 @@ class RedBeatScheduler(Scheduler):
     def send_slot(self, entry: RedBeatSchedulerEntry, task_id: str) -> Any:
         """Publish one slot through Celery's ``apply_async`` with its slot task id."""
         message = entry.copy(options={**entry.options, "task_id": task_id})
-        logger.info("Scheduler: Sending due task %s (%s) id=%s", entry.name, entry.task, task_id)
+        say_sending(entry, task_id)
         return self.apply_async(message, producer=self.producer, advance=False)
 
     def _may_send(self, within: float) -> bool:
