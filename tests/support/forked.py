@@ -216,6 +216,15 @@ class Forked:
         assert self.returncode is not None
         return self.returncode
 
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
     def wait_opened(self, fd: int, given: int) -> None:
         """Wait until the child's ``fd`` is what this process's ``given`` is (or it ended)."""
@@ -286,7 +295,7 @@ def run(argv: list[str], cwd: str = "/", env: dict[str, str] | None = None,
     try:
         code = child.wait(timeout)
     except subprocess.TimeoutExpired:
-        os.kill(child.pid, signal.SIGKILL)
+        child.kill()
         raise
     finally:
         out, err = stdout.read_text(), stderr.read_text()

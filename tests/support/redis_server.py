@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -84,8 +85,9 @@ def require_redis_server() -> None:
         pytest.skip("redis-server is not on PATH: real-Redis tests skipped")
 
 
-def stop_process(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
-    """SIGTERM a child this kit started, then SIGKILL it if it has not gone in time."""
+def stop_process(process: Any, timeout: float = 10.0) -> None:
+    """SIGTERM a child this kit started (a ``Popen``, or a forked one: support/forked.py),
+    then SIGKILL it if it has not gone in time."""
     if process.poll() is None:
         process.terminate()
         try:

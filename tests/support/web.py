@@ -1,4 +1,4 @@
-"""The web view's test kit: the real ``redbeat web`` command in a subprocess, a real
+"""The web view's test kit: the real ``redbeat web`` command in a process of its own, a real
 headless Chromium (Debian's, driven by Playwright), and a fast bulk writer of entries.
 
 The server is stopped by its own pid. The browser is the system's ``/usr/bin/chromium``
@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import time
 import urllib.error
@@ -32,7 +30,7 @@ from redbeat.runtime import store_for
 from redbeat.settings import ensure_conf
 
 from . import forked
-from .redis_server import free_port, redis_required
+from .redis_server import free_port, redis_required, stop_process
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
@@ -96,15 +94,8 @@ class WebServer:
             time.sleep(0.1)
         raise AssertionError(f"redbeat web did not answer:\n{self.log()}")
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM the server by its pid, then SIGKILL it if it has not gone in time."""
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout)
+    def stop(self) -> None:
+        stop_process(self.process)
 
 
 def fetch(url: str, data: dict[str, str] | None = None,
