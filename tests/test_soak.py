@@ -264,10 +264,7 @@ class Chaos:
         """Return once LEAD_SENDS slots due from now on reached the broker: a leader ran
         meanwhile past its catch-up (a count, so a slow machine waits longer instead of
         failing)."""
-        now_ms = time.time() * 1000
-        wait_until(lambda: sum((m.due_ms or 0) > now_ms for m in broker_messages(
-            self.broker.url)) >= LEAD_SENDS, LIVENESS, f"{LEAD_SENDS} new slots sent",
-            interval=0.1, ignoring=(redis.ConnectionError,))
+        self.sent_after(time.time(), LEAD_SENDS)
 
     def first_sends_after(self, moment: float) -> float:
         """When a slot due after ``moment`` is first seen in the broker. A node that took
@@ -275,9 +272,13 @@ class Chaos:
         the two were that tick's catch-up (coalesced into one run: documented). On a
         loaded machine the first tick can come seconds after the lock (seen at load ~15:
         v1 sent 2 of 3 'led' slots), so a leaderless window lasts until then."""
-        wait_until(lambda: any((m.due_ms or 0) > moment * 1000 for m in broker_messages(
-            self.broker.url)), LIVENESS, "the new leader's first sends", interval=0.1,
-            ignoring=(redis.ConnectionError,))
+        return self.sent_after(moment, 1)
+
+    def sent_after(self, moment: float, count: int) -> float:
+        """Wait until ``count`` slots due after ``moment`` are in the broker; the time then."""
+        wait_until(lambda: sum((m.due_ms or 0) > moment * 1000 for m in broker_messages(
+            self.broker.url)) >= count, LIVENESS, f"{count} slot(s) due after {moment:.1f} sent",
+            interval=0.1, ignoring=(redis.ConnectionError,))
         return time.time()
 
     def broker_outage(self, meanwhile) -> None:
