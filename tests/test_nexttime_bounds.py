@@ -31,7 +31,7 @@ from redbeat.nexttime import (
 )
 from redbeat.schedulers import get_redis
 from redbeat.schedules import MAX_RRULE_STEPS, MIN_INTERVAL, rrule
-from support.recording import T0, Clock, leader
+from support.recording import T0, Clock, at, leader
 
 UTC = timezone.utc
 NOW = datetime(2026, 6, 1, 12, 0, 7, 250000, tzinfo=UTC)
@@ -427,7 +427,7 @@ def test_the_tick_quarantines_unbounded_schedules_and_sends_the_others(app):
         client.hset(f"redbeat:{name}", "definition", json.dumps(
             {"name": name, "task": "tasks.raw", "schedule": schedule_}))
         client.zadd("redbeat::schedule", {f"redbeat:{name}": 0})
-    RedBeatSchedulerEntry("fine", "tasks.x", 5.0, app=app).save()
+    RedBeatSchedulerEntry("fine", "tasks.x", 5.0, app=app, last_run_at=at(0)).save()
     scheduler = leader(app, Clock(T0 + 1e6))
     scheduler.tick()
     assert sorted(name for name, _ in scheduler.sent) == ["fine", "year-1-secondly"]

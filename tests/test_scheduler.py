@@ -94,6 +94,9 @@ def test_disabled_entries_keep_a_due_score_and_an_in_place_enable_runs_them(app)
     it sends nothing and is scored at its next time (read once per slot, not per tick),
     and enabling it by rewriting its definition in place, as code written for 2.4.2 does
     (HSET, no ZADD), makes it run at its next slot."""
+    # on the real clock: without Celery's own static (celery.backend_cleanup, daily at
+    # 4:00 UTC), which a run spanning 4:00 would send too
+    app.conf.result_expires = None
     clock = Clock(time.time())
     entry = RedBeatSchedulerEntry("off", "tasks.x", 60.0, app=app, enabled=False)
     entry.save()
@@ -125,7 +128,7 @@ def test_poison_entry_is_quarantined_and_others_run(app):
     client = get_redis(app)
     client.hset("redbeat:bad", "definition", "{not json")
     client.zadd(app.redbeat_conf.schedule_key, {"redbeat:bad": 0})
-    RedBeatSchedulerEntry("good", "tasks.x", 5.0, app=app).save()
+    RedBeatSchedulerEntry("good", "tasks.x", 5.0, app=app, last_run_at=at(0)).save()
     scheduler = leader(app, Clock(T0 + 1e6))
     scheduler.tick()
     assert [name for name, _ in scheduler.sent] == ["good"]
@@ -297,7 +300,7 @@ def test_round_trips_per_tick_do_not_grow_with_due_entries(redis_server, due_cou
 def test_backlog_is_drained_in_bounded_batches(redis_server):
     app = make_app(redis_server.url, redbeat_batch_size=100)
     for i in range(250):
-        RedBeatSchedulerEntry(f"b{i}", "tasks.x", 3600.0, app=app).save()
+        RedBeatSchedulerEntry(f"b{i}", "tasks.x", 3600.0, app=app, last_run_at=at(0)).save()
     scheduler = leader(app, Clock(T0 + 10**6))
     intervals = [scheduler.tick() for _ in range(3)]
     assert intervals[:2] == [0.0, 0.0]  # full batches: tick again at once
@@ -400,7 +403,7 @@ def test_member_whose_key_is_not_a_hash_is_removed_and_others_run(app):
     client = get_redis(app)
     client.set("redbeat:stringy", "oops")
     client.zadd(app.redbeat_conf.schedule_key, {"redbeat:stringy": 0})
-    RedBeatSchedulerEntry("fine", "tasks.x", 5.0, app=app).save()
+    RedBeatSchedulerEntry("fine", "tasks.x", 5.0, app=app, last_run_at=at(0)).save()
     scheduler = leader(app, Clock(T0 + 1e6))
     scheduler.tick()
     assert [name for name, _ in scheduler.sent] == ["fine"]
@@ -463,7 +466,7 @@ def test_an_entry_whose_next_run_cannot_be_computed_is_quarantined(app):
         "meta": meta_json(datetime(9999, 12, 1, tzinfo=timezone.utc)),
     })
     client.zadd(app.redbeat_conf.schedule_key, {doomsday.key: 0})
-    RedBeatSchedulerEntry("fine", "tasks.x", 5.0, app=app).save()
+    RedBeatSchedulerEntry("fine", "tasks.x", 5.0, app=app, last_run_at=at(0)).save()
     scheduler = leader(app, Clock(T0 + 1e6))
     scheduler.tick()
     assert [name for name, _ in scheduler.sent] == ["fine"]
@@ -477,7 +480,7 @@ def test_corrupt_bytes_in_a_key_and_a_definition_are_quarantined(app, redis_serv
     raw.zadd(b"redbeat::schedule", {b"redbeat:bad\xff": 0})
     raw.hset(b"redbeat:junk", b"definition", b"\xfe\xff{")
     raw.zadd(b"redbeat::schedule", {b"redbeat:junk": 0})
-    RedBeatSchedulerEntry("fine", "tasks.x", 5.0, app=app).save()
+    RedBeatSchedulerEntry("fine", "tasks.x", 5.0, app=app, last_run_at=at(0)).save()
     scheduler = leader(app, Clock(T0 + 1e6))
     scheduler.tick()
     assert [name for name, _ in scheduler.sent] == ["fine"]
