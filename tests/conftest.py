@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from support import senders  # noqa: E402
+from support import recording, senders  # noqa: E402
 from support.redis_server import (  # noqa: E402
     RedisServer,
     cache_client_version,
@@ -48,7 +48,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that run real processes (marked ``e2e``) go first, each file's order kept:
     they are the long ones, and with ``-n 2`` (and ``--dist worksteal``, pyproject.toml) a
     long test begun last would leave one worker running it alone while the other idles;
-    begun first, the many short tests fill in around them."""
+    begun first, the many short tests fill in around them.
+
+    Every test of a module that uses the in-process scheduler kit (support/recording.py:
+    its clock, its T0, its recording scheduler) is marked ``test_clock``: .ci/run runs
+    those again with the host's clock moved a year ahead, across 04:00 UTC and across a
+    DST change, where a test that mixes the kit's clock with the real one fails."""
+    kit = {id(value) for name, value in vars(recording).items() if not name.startswith("_")
+           and getattr(value, "__module__", recording.__name__) == recording.__name__}
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is not None and kit & {id(value) for value in vars(module).values()}:
+            item.add_marker("test_clock")
     items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
 
 

@@ -128,9 +128,13 @@ def test_a_scheduler_ahead_sends_on_redis_time(redis_server: RedisServer, caplog
     scheduler.close()
 
 
-def faketime(offset: str) -> dict[str, str]:
-    """The environment of a process whose host clock is ``offset`` ("+30s", "-30s")."""
-    return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": offset}
+def faketime(offset: int) -> dict[str, str]:
+    """The environment of a process whose host clock is ``offset`` seconds off this
+    one's: added to the offset of a test run whose own host clock libfaketime moved
+    (.ci/run's date-shifted run sets FAKETIME to "+<seconds>" and LD_PRELOAD)."""
+    moved = os.environ.get("FAKETIME", "+0")
+    preload = os.environ.get("LD_PRELOAD") or LIBFAKETIME
+    return {"LD_PRELOAD": preload, "FAKETIME": f"{int(moved) + offset:+d}"}
 
 
 def test_a_fleet_of_skewed_clocks_sends_each_slot_once_on_time(
@@ -160,12 +164,12 @@ def test_a_fleet_of_skewed_clocks_sends_each_slot_once_on_time(
         cluster.worker()
         right = cluster.beat("right")
         right.wait_for("Sending due task every-second", count=2)
-        ahead = cluster.beat("ahead", env=faketime("+30s"))
+        ahead = cluster.beat("ahead", env=faketime(+30))
         ahead.wait_for("Standing by")
         assert "30.0s ahead of Redis's" in ahead.log() or "ahead of Redis's" in ahead.log()
         assert right.terminate() == 0
         ahead.wait_for("Sending due task every-second", count=3)
-        behind = cluster.beat("behind", env=faketime("-30s"))
+        behind = cluster.beat("behind", env=faketime(-30))
         behind.wait_for("Standing by")
         assert ahead.terminate() == 0
         behind.wait_for("Sending due task every-second", count=2)
@@ -174,7 +178,7 @@ def test_a_fleet_of_skewed_clocks_sends_each_slot_once_on_time(
             capture_output=True,
             text=True,
             timeout=60,
-            env={**os.environ, **faketime("+30s")},
+            env={**os.environ, **faketime(+30)},
         )  # the probe's own clock off too
         behind.wait_for(
             "Sending due task every-second",
