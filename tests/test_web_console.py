@@ -117,6 +117,10 @@ def test_creates_each_kind_of_entry_with_its_options_and_policy(
                      "misfire_grace": "5m", "jitter": "30s", "ttl": "1d",
                      "start": "2030-01-01T00:00:00", "end": "2032-01-01T00:00:00"})
     page.click("#preview-button")
+    # the click returns once the form is sent, not once the answer is shown: #preview is
+    # only on the answer's page, so wait for it before reading its list (read at once, an
+    # answer slow under load gave [] from the form's own page)
+    page.wait_for_selector("#preview")
     runs = page.locator("#preview li").all_inner_texts()
     assert runs or "no more runs" in page.inner_text("#preview"), page.inner_text("main")
     if kind == "cron":  # previewed in the entry's own zone
