@@ -198,7 +198,9 @@ def test_kept_reprs_are_celerys_and_follow_an_edit(args, kwargs):
     from celery.utils.saferepr import saferepr
 
     app = make_app("redis://unused")
-    limits = (app.amqp.argsrepr_maxsize, app.amqp.kwargsrepr_maxsize, app.conf.task_repr_maxlevels)
+    # before Celery 5.7 no task_repr_maxlevels: saferepr's own depth, 3
+    maxlevels = app.conf.get("task_repr_maxlevels", 3)
+    limits = (app.amqp.argsrepr_maxsize, app.amqp.kwargsrepr_maxsize, maxlevels)
 
     def celerys(entry):  # what as_task_v2 computes for the evaluated arguments
         a, k = list(entry.args or []), dict(entry.kwargs or {})

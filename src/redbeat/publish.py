@@ -29,6 +29,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
+import celery
 from amqp import spec
 from celery import Celery, signals
 from celery.app.routes import MapRoute, Router
@@ -53,6 +54,16 @@ try:  # Celery >= 5.5: eta/countdown on quorum queues take a delayed-delivery ro
     from celery.utils.quorum_queues import detect_quorum_queues
 except ImportError:  # pragma: no cover - older Celery has no such route
     detect_quorum_queues = None
+
+#: What the installed Celery's own send puts in a message and earlier releases do not
+#: (the batched message must be the one this release sends): since 5.7 its beat marks
+#: each message with ``celery_beat_task``, ``send_task`` leaves ``ignore_result`` None
+#: instead of False when not asked, and ``task_repr_maxlevels`` sets how deep
+#: ``argsrepr``/``kwargsrepr`` go (before, ``saferepr``'s default depth, 3).
+CELERY_5_7 = celery.VERSION >= (5, 7)
+BEAT_HEADERS: dict[str, Any] = {"celery_beat_task": True} if CELERY_5_7 else {}
+IGNORE_RESULT_UNSET = None if CELERY_5_7 else False
+REPR_MAXLEVELS = 3
 
 #: Options (of an entry, or of its registered task) this module reproduces exactly.
 OPTIONS = frozenset(
@@ -374,7 +385,11 @@ class Builder:
         self.origin = anon_nodename()
         # protocol 1 has no reprs (it ignores them)
         self.limits = (
-            (self.amqp.argsrepr_maxsize, self.amqp.kwargsrepr_maxsize, conf.task_repr_maxlevels)
+            (
+                self.amqp.argsrepr_maxsize,
+                self.amqp.kwargsrepr_maxsize,
+                conf.get("task_repr_maxlevels", REPR_MAXLEVELS),
+            )
             if conf.task_protocol == 2
             else None
         )
@@ -393,7 +408,7 @@ class Builder:
         args = _evaluate_entry_args(entry.args)
         kwargs = _evaluate_entry_kwargs(entry.kwargs)
         options = {key: value for key, value in entry.options.items() if key != "task_id"}
-        options["headers"] = {**(options.get("headers") or {}), "celery_beat_task": True}
+        options["headers"] = {**(options.get("headers") or {}), **BEAT_HEADERS}
         _check(options, OPTIONS, "option")
         task = self.tasks.get(name)
         shadow = None
@@ -402,7 +417,7 @@ class Builder:
         expires = options.pop("expires", None)
         time_limit = options.pop("time_limit", None)
         soft_time_limit = options.pop("soft_time_limit", None)
-        ignore_result = options.pop("ignore_result", None)
+        ignore_result = options.pop("ignore_result", IGNORE_RESULT_UNSET)
         eta, countdown = options.pop("eta", None), options.pop("countdown", None)
         options = self._route(options, name, args, kwargs, task)
         _check(options, ROUTED, "routed option")
@@ -726,6 +741,9 @@ def write_redis(channel: Any, messages: Sequence[Outgoing]) -> list[BaseExceptio
             runs.append((lists, [], []))
         runs[-1][1].append(text)
         runs[-1][2].append(index)
+    # the queues' x-expires, which kombu's Redis transport keeps since 5.5 (and sets
+    # again on each put); an earlier kombu expires no queue
+    expires = getattr(channel, "_expires", {})
     with channel.conn_or_acquire() as client:
         pipe = client.pipeline(transaction=False)
         spans = []
@@ -733,7 +751,7 @@ def write_redis(channel: Any, messages: Sequence[Outgoing]) -> list[BaseExceptio
             before = len(pipe)
             for queue, key in zip(queues[indexes[0]], lists, strict=True):
                 pipe.lpush(key, *texts)
-                ttl = channel._expires.get(queue)
+                ttl = expires.get(queue)
                 if ttl is not None:
                     for step in channel.priority_steps:
                         pipe.pexpire(channel._q_for_pri(queue, step), ttl)
