@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import redis
-import tomllib
 from celery.beat import ScheduleEntry
 
 import redbeat.schedulers
 from conftest import make_app
 from redbeat import RedBeatSchedulerEntry
 from redbeat.runtime import runtime_for
+from support.pyproject import PROJECT
 from support.recording import Clock, Recording, leader
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,7 +151,7 @@ def test_item7_a_patched_get_redis_is_called(redis_server, monkeypatch):
 
 
 def test_item9_the_distribution_name_is_not_redbeat():
-    name = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"]
+    name = PROJECT["name"]
     assert name not in ("redbeat", "celery-redbeat")
     installs = re.compile(r"pip install (?:-U )?'?redbeat\b")
     for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:

@@ -5,18 +5,8 @@ absolute addresses (a relative link breaks on the index's page)."""
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
-import pytest
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    tomllib = pytest.importorskip("tomli")
-
-ROOT = Path(__file__).resolve().parent.parent
-PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+from support.pyproject import PROJECT, ROOT
 
 
 def test_every_supported_python_has_its_classifier():
