@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from celery import Celery
 from kombu.exceptions import EncodeError, OperationalError
-from redis._parsers.base import BaseParser
 
 from conftest import make_app
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
@@ -25,6 +24,7 @@ from redbeat.metrics import Recorder
 from redbeat.runtime import store_for
 from redbeat.settings import ensure_conf
 from support.recording import Clock
+from support.replies import error_reply
 
 
 class Writer:
@@ -133,8 +133,8 @@ def test_a_blocking_writer_costs_one_bounded_wait_then_its_late_send_is_not_repe
     [
         OperationalError("connection refused"),
         ConnectionResetError(104, "reset by peer"),
-        BaseParser.parse_error("OOM command not allowed when used memory > 'maxmemory'."),
-        BaseParser.parse_error("READONLY You can't write against a read only replica."),
+        error_reply("OOM command not allowed when used memory > 'maxmemory'."),
+        error_reply("READONLY You can't write against a read only replica."),
     ],
     ids=["unreachable", "reset", "oom", "readonly"],
 )
@@ -160,7 +160,7 @@ def test_an_entry_the_broker_refuses_goes_last_and_holds_back_only_its_own_slots
     asked, looks like an outage (one line, the send stops); from then on that entry's
     slots go after the others', only its oldest is tried, and its refusal stops no one
     else's; once it is taken, the entry's other slots follow it, in order."""
-    wrongtype = BaseParser.parse_error(
+    wrongtype = error_reply(
         "WRONGTYPE Operation against a key holding the wrong kind of value"
     )
     writer = Writer()
