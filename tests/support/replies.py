@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import inspect
 
-from redis.connection import BaseParser
+try:  # redis-py 5+
+    from redis._parsers.base import BaseParser
+except ImportError:  # redis-py 4.x
+    from redis.connection import BaseParser  # type: ignore[attr-defined,no-redef]
 
 
 def error_reply(text: str) -> BaseException:
